@@ -1,0 +1,249 @@
+"""NATS subjects: validation, wildcard matching, collision and subset tests, and a sublist.
+
+Semantics follow nats-server (``server/sublist.go``): tokens are separated by ``.``; ``*`` and
+``>`` are wildcards only as whole tokens (``a*`` is a literal token); ``>`` must be the last
+token; no token may be empty or contain whitespace.
+
+Pure functions, no I/O. Hot paths (``matches`` on literal subjects, ``Sublist.match``) avoid
+allocations where they can and cache results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+PWC = "*"
+FWC = ">"
+_WS = frozenset(" \t\n\r\f")
+
+V = TypeVar("V")
+
+
+def is_valid_subject(subject: str) -> bool:
+    """True if ``subject`` is a valid subject or filter (wildcards allowed)."""
+    if not subject:
+        return False
+    saw_fwc = False
+    for tok in subject.split("."):
+        if not tok or saw_fwc:
+            return False
+        if len(tok) > 1:
+            if not _WS.isdisjoint(tok):
+                return False
+            continue
+        if tok == FWC:
+            saw_fwc = True
+        elif tok in _WS:
+            return False
+    return True
+
+
+def is_literal(subject: str) -> bool:
+    """True if ``subject`` has no wildcard token."""
+    if "*" not in subject and ">" not in subject:
+        return True
+    return all(tok not in (PWC, FWC) for tok in subject.split("."))
+
+
+def is_valid_literal_subject(subject: str) -> bool:
+    """True if ``subject`` is valid and contains no wildcard tokens (a publish subject)."""
+    return is_valid_subject(subject) and is_literal(subject)
+
+
+def matches(filter_: str, subject: str) -> bool:
+    """True if the literal ``subject`` matches ``filter_`` (which may hold wildcards)."""
+    if filter_ == subject:
+        return True
+    if "*" not in filter_ and ">" not in filter_:
+        return False
+    ftoks = filter_.split(".")
+    stoks = subject.split(".")
+    for i, ft in enumerate(ftoks):
+        if ft == FWC:
+            return len(stoks) > i
+        if i >= len(stoks):
+            return False
+        if ft != PWC and ft != stoks[i]:
+            return False
+    return len(ftoks) == len(stoks)
+
+
+def _can_match(t1: str, t2: str) -> bool:
+    return t1 in (PWC, FWC) or t2 in (PWC, FWC) or t1 == t2
+
+
+def collide(a: str, b: str) -> bool:
+    """True if some literal subject matches both ``a`` and ``b`` (either may hold wildcards)."""
+    if a == b:
+        return True
+    la, lb = is_literal(a), is_literal(b)
+    if la and lb:
+        return False
+    if la:
+        return matches(b, a)
+    if lb:
+        return matches(a, b)
+    ta, tb = a.split("."), b.split(".")
+    fa, fb = ta[-1] == FWC, tb[-1] == FWC
+    if len(ta) != len(tb):
+        # The shorter one must end in '>' to reach the longer one's tokens.
+        if (len(ta) < len(tb) and not fa) or (len(tb) < len(ta) and not fb):
+            return False
+    return all(_can_match(x, y) for x, y in zip(ta, tb, strict=False))
+
+
+def is_subset(sub: str, of: str) -> bool:
+    """True if every subject matching ``sub`` also matches ``of``."""
+    if sub == of:
+        return True
+    st, ot = sub.split("."), of.split(".")
+    for i, o in enumerate(ot):
+        if o == FWC:
+            return len(st) > i
+        if i >= len(st):
+            return False
+        s = st[i]
+        if s == FWC:
+            return False
+        if o == PWC:
+            continue
+        if s == PWC or s != o:
+            return False
+    return len(st) == len(ot)
+
+
+def num_tokens(subject: str) -> int:
+    """Number of tokens in ``subject``."""
+    return subject.count(".") + 1
+
+
+class _Node(Generic[V]):
+    __slots__ = ("children", "fwc", "pwc", "values")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node[V]] = {}
+        self.pwc: _Node[V] | None = None
+        self.fwc: list[V] = []
+        self.values: list[V] = []
+
+    def empty(self) -> bool:
+        return not (self.children or self.pwc or self.fwc or self.values)
+
+
+class Sublist(Generic[V]):
+    """Patterns (literal or wildcard) mapped to values; ``match`` finds the values whose
+    pattern matches a literal subject. Results are cached until the next insert/remove.
+
+    Duplicate (pattern, value) pairs are kept as separate entries, so a value inserted twice
+    must be removed twice (useful for reference-counted interest).
+    """
+
+    _CACHE_MAX = 4096
+
+    def __init__(self) -> None:
+        self._root: _Node[V] = _Node()
+        self._count = 0
+        self._cache: dict[str, list[V]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def insert(self, pattern: str, value: V) -> None:
+        """Add ``value`` under ``pattern`` (which must be a valid subject)."""
+        node = self._root
+        toks = pattern.split(".")
+        for i, tok in enumerate(toks):
+            if tok == FWC and i == len(toks) - 1:
+                node.fwc.append(value)
+                break
+            if tok == PWC:
+                if node.pwc is None:
+                    node.pwc = _Node()
+                node = node.pwc
+            else:
+                nxt = node.children.get(tok)
+                if nxt is None:
+                    nxt = node.children[tok] = _Node()
+                node = nxt
+        else:
+            node.values.append(value)
+        self._count += 1
+        self._cache.clear()
+
+    def remove(self, pattern: str, value: V) -> bool:
+        """Remove one entry of ``value`` under ``pattern``; False if it was not there."""
+        path: list[tuple[_Node[V], str]] = []
+        node: _Node[V] | None = self._root
+        toks = pattern.split(".")
+        target: list[V] | None = None
+        for i, tok in enumerate(toks):
+            assert node is not None
+            if tok == FWC and i == len(toks) - 1:
+                target = node.fwc
+                break
+            path.append((node, tok))
+            node = node.pwc if tok == PWC else node.children.get(tok)
+            if node is None:
+                return False
+        else:
+            assert node is not None
+            target = node.values
+        try:
+            target.remove(value)
+        except ValueError:
+            return False
+        self._count -= 1
+        self._cache.clear()
+        # Prune empty nodes bottom-up so long-lived sublists do not grow without bound.
+        for parent, tok in reversed(path):
+            child = parent.pwc if tok == PWC else parent.children.get(tok)
+            if child is None or not child.empty():
+                break
+            if tok == PWC:
+                parent.pwc = None
+            else:
+                del parent.children[tok]
+        return True
+
+    def match(self, subject: str) -> list[V]:
+        """Values whose pattern matches the literal ``subject`` (may contain duplicates)."""
+        hit = self._cache.get(subject)
+        if hit is not None:
+            return hit
+        out: list[V] = []
+        self._match(self._root, subject.split("."), 0, out)
+        if len(self._cache) >= self._CACHE_MAX:
+            self._cache.clear()
+        self._cache[subject] = out
+        return out
+
+    def _match(self, node: _Node[V], toks: list[str], i: int, out: list[V]) -> None:
+        if node.fwc and i < len(toks):
+            out.extend(node.fwc)
+        if i == len(toks):
+            out.extend(node.values)
+            return
+        child = node.children.get(toks[i])
+        if child is not None:
+            self._match(child, toks, i + 1, out)
+        if node.pwc is not None:
+            self._match(node.pwc, toks, i + 1, out)
+
+    def has_interest(self, subject: str) -> bool:
+        """True if any pattern matches ``subject``."""
+        return bool(self.match(subject))
+
+    def patterns(self) -> Iterator[tuple[str, V]]:
+        """Every (pattern, value) entry."""
+        stack: list[tuple[_Node[V], list[str]]] = [(self._root, [])]
+        while stack:
+            node, prefix = stack.pop()
+            for v in node.values:
+                yield ".".join(prefix), v
+            for v in node.fwc:
+                yield ".".join([*prefix, FWC]), v
+            for tok, child in node.children.items():
+                stack.append((child, [*prefix, tok]))
+            if node.pwc is not None:
+                stack.append((node.pwc, [*prefix, PWC]))
