@@ -1,0 +1,253 @@
+"""The stream catalog of a node: create, update, delete, load at start, capture routing.
+
+Layout under ``<data_dir>/streams/<name>/``: ``stream.json`` (the normalised config and the
+creation time, replaced atomically) and ``log/`` (the file store). Memory streams keep their
+``stream.json`` so they come back (empty) after a restart, as with nats-server.
+
+A stream whose metadata cannot be read is reported offline (with the reason) instead of
+stopping the node; its files are left untouched for repair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from jetlog.errors import JetlogError, StorageError
+from jetlog.log.store import MsgStore
+from jetlog.stream.stream import Outbound, Stream
+from jetlog.wire.subjects import collide
+
+log = logging.getLogger("jetlog.streams")
+
+CaptureCallback = Callable[[str, "str | None", bytes, bytes], None]
+
+
+class Capture(Protocol):
+    """Subscribes stream subjects on the upstream (leaf link or client connection)."""
+
+    def subscribe(self, subject: str, cb: CaptureCallback) -> Any:
+        """Start delivering messages published on ``subject`` to ``cb``; return a handle."""
+        ...
+
+    def unsubscribe(self, handle: Any) -> None:
+        """Stop a subscription made by ``subscribe``."""
+        ...
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until the upstream registered every subscription made so far."""
+        ...
+
+
+class StoreSettings(Protocol):
+    fsync: str
+    sync_interval: float
+    segment_bytes: int
+
+
+class _Meta(msgspec.Struct):
+    config: msgspec.Raw
+    created: int
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class StreamManager:
+    """All streams of one node."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        storage: StoreSettings,
+        outbound: Outbound,
+        capture: Capture,
+        *,
+        decode_config: Callable[[bytes], Any],
+        encode_config: Callable[[Any], bytes],
+        domain: str | None = None,
+    ) -> None:
+        self.root = os.path.join(data_dir, "streams")
+        self.storage = storage
+        self.out = outbound
+        self.capture = capture
+        self.decode_config = decode_config
+        self.encode_config = encode_config
+        self.domain = domain or None
+        self.streams: dict[str, Stream] = {}
+        self.offline: dict[str, str] = {}
+        self._subs: dict[str, list[Any]] = {}
+        self._lock = asyncio.Lock()
+
+    # ---- startup / shutdown ---------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Open every stream found on disk."""
+        await asyncio.to_thread(os.makedirs, self.root, exist_ok=True)
+        names = sorted(await asyncio.to_thread(os.listdir, self.root))
+        for name in names:
+            sdir = os.path.join(self.root, name)
+            meta_path = os.path.join(sdir, "stream.json")
+            if not os.path.isfile(meta_path):
+                continue
+            try:
+                raw = await asyncio.to_thread(_read, meta_path)
+                meta = msgspec.json.decode(raw, type=_Meta)
+                config = self.decode_config(bytes(meta.config))
+                stream = await self._open(config, meta.created)
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError, StorageError) as e:
+                log.error("stream %s is offline: cannot load %s: %s", name, meta_path, e)
+                self.offline[name] = f"unable to load stream metadata: {e}"
+                continue
+            self.streams[config.name] = stream
+            self._subscribe(stream)
+            log.info("stream %s loaded: %s", config.name, _brief(stream))
+
+    async def close(self) -> None:
+        """Unsubscribe and close every stream (flushing their stores)."""
+        for name in list(self.streams):
+            self._unsubscribe(name)
+        streams, self.streams = list(self.streams.values()), {}
+        for s in streams:
+            try:
+                await s.close()
+            except StorageError as e:
+                log.error("stream %s: close failed: %s", s.name, e)
+
+    # ---- catalog operations ---------------------------------------------------------------
+
+    def get(self, name: str) -> Stream | None:
+        """The stream named ``name``, or None."""
+        return self.streams.get(name)
+
+    def overlaps(self, subjects: list[str], exclude: str | None = None) -> bool:
+        """True if any of ``subjects`` collides with another stream's subjects."""
+        for s in self.streams.values():
+            if s.name == exclude:
+                continue
+            for a in s.config.subjects or ():
+                if any(collide(a, b) for b in subjects):
+                    return True
+        return False
+
+    def names(self, subject: str | None = None) -> list[str]:
+        """Stream names in byte order, optionally only streams whose subjects collide."""
+        out = [
+            n
+            for n, s in self.streams.items()
+            if not subject or any(collide(subject, x) for x in s.config.subjects or ())
+        ]
+        return sorted(out, key=lambda n: n.encode())
+
+    async def create(self, config: Any) -> Stream:
+        """Create a new stream from a validated config (the caller checked name/overlap)."""
+        async with self._lock:
+            created = time.time_ns()
+            sdir = os.path.join(self.root, config.name)
+            if os.path.exists(sdir):
+                # Leftovers of a stream deleted while its files were busy: start clean.
+                await asyncio.to_thread(shutil.rmtree, sdir, True)
+            await asyncio.to_thread(os.makedirs, sdir, exist_ok=True)
+            await self._write_meta(config, created)
+            stream = await self._open(config, created)
+            self.streams[config.name] = stream
+            self._subscribe(stream)
+            self.offline.pop(config.name, None)
+            # The creator may publish as soon as it has our reply: the upstream must already
+            # route the stream's subjects to us.
+            await self.capture.flush()
+            return stream
+
+    async def update(self, stream: Stream, config: Any) -> None:
+        """Persist and apply a validated new config; re-subscribe if subjects changed."""
+        async with self._lock:
+            await self._write_meta(config, stream.created)
+            old_subjects = list(stream.config.subjects or ())
+            stream.update_config(config)
+            if list(config.subjects or ()) != old_subjects:
+                self._unsubscribe(stream.name)
+                self._subscribe(stream)
+                await self.capture.flush()
+
+    async def delete(self, name: str) -> bool:
+        """Delete a stream and its data; False if unknown."""
+        async with self._lock:
+            stream = self.streams.pop(name, None)
+            if stream is None:
+                return False
+            self._unsubscribe(name)
+            await stream.destroy()
+            await asyncio.to_thread(shutil.rmtree, os.path.join(self.root, name), True)
+            return True
+
+    # ---- internals ------------------------------------------------------------------------
+
+    async def _write_meta(self, config: Any, created: int) -> None:
+        body = msgspec.json.encode(
+            {"config": msgspec.Raw(self.encode_config(config)), "created": created}
+        )
+        path = os.path.join(self.root, config.name, "stream.json")
+        await asyncio.to_thread(_write_atomic, path, body)
+
+    async def _open(self, config: Any, created: int) -> Stream:
+        store = await self._open_store(config)
+        stream = Stream(config, store, created, self.out, domain=self.domain)
+        await stream.start()
+        return stream
+
+    async def _open_store(self, config: Any) -> MsgStore:
+        from jetlog.log import FileStore, MemStore
+
+        first_seq = getattr(config, "first_seq", None) or 1
+        if config.storage == "memory":
+            return MemStore(first_seq=first_seq)
+        st = self.storage
+        return await FileStore.open(
+            os.path.join(self.root, config.name, "log"),
+            compression=config.compression not in (None, "", "none"),
+            fsync=st.fsync,
+            sync_interval=st.sync_interval,
+            segment_bytes=st.segment_bytes,
+            first_seq=first_seq,
+        )
+
+    def _subscribe(self, stream: Stream) -> None:
+        handles = []
+        for subject in stream.config.subjects or ():
+            handles.append(self.capture.subscribe(subject, stream.process))
+        self._subs[stream.name] = handles
+
+    def _unsubscribe(self, name: str) -> None:
+        for h in self._subs.pop(name, []):
+            try:
+                self.capture.unsubscribe(h)
+            except JetlogError as e:
+                log.warning("stream %s: unsubscribe failed: %s", name, e)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _brief(stream: Stream) -> str:
+    st = stream.store.state()
+    return f"{st.messages} msgs, seq {st.first_seq}..{st.last_seq}"

@@ -1,0 +1,91 @@
+"""Which upstream link carries what.
+
+* **Capture** of stream subjects: over the leaf link (a lean parser; about twice the rate
+  nats-py's subscriber reaches), except subjects in namespaces the hub never forwards to a leaf
+  (``$KV.>``, ``$OBJ.>``, ``$JS.API.>``), which are captured on the client link.
+* **Egress** (PubAcks, republish, Direct Get replies, statuses): over the leaf link while it is
+  up, else over the client link. Both can carry raw header blocks (status lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jetlog.errors import TransportError
+from jetlog.transport.client import ClientLink
+from jetlog.transport.leaf import LeafConnection
+from jetlog.wire.subjects import collide
+
+log = logging.getLogger("jetlog.capture")
+
+# The hub denies these on leaf connections (nats-server leafnode.go, denyAllClientJs).
+LEAF_DENIED = ("$JS.API.>", "$KV.>", "$OBJ.>")
+
+CaptureCallback = Callable[[str, "str | None", bytes, bytes], None]
+
+
+def needs_client_link(subject: str) -> bool:
+    """True if messages on ``subject`` can only be captured on the client connection."""
+    return any(collide(subject, d) for d in LEAF_DENIED)
+
+
+class Capture:
+    """Subscribes stream subjects on the right link."""
+
+    def __init__(self, leaf: LeafConnection, client: ClientLink) -> None:
+        self.leaf = leaf
+        self.client = client
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    def subscribe(self, subject: str, cb: CaptureCallback) -> tuple[str, Any]:
+        """Start capturing ``subject``; messages go to ``cb(subject, reply, hdr, data)``."""
+        if needs_client_link(subject):
+            # A subject such as '>' also collides with ordinary subjects: capture it on both
+            # links then would store messages twice, so it goes to the client link only.
+            task = asyncio.ensure_future(self.client.subscribe_raw(subject, cb))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+            return ("client", task)
+        return ("leaf", self.leaf.subscribe(subject, cb))
+
+    def unsubscribe(self, handle: tuple[str, Any]) -> None:
+        """Stop a capture subscription."""
+        kind, h = handle
+        if kind == "leaf":
+            self.leaf.unsubscribe(h)
+            return
+
+        async def _unsub() -> None:
+            sid = await h
+            await self.client.unsubscribe(sid)
+
+        task = asyncio.ensure_future(_unsub())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until the upstream has registered every subscription made so far."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending))
+        await self.client.flush(timeout)
+        await self.leaf.flush(timeout)
+
+
+class Egress:
+    """Sends replies and other jetlog-originated messages (Outbound for streams)."""
+
+    def __init__(self, leaf: LeafConnection, client: ClientLink) -> None:
+        self.leaf = leaf
+        self.client = client
+
+    def send(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
+        """Publish without a reply subject, on the leaf link when it is up."""
+        if self.leaf.connected:
+            self.leaf.publish(subject, payload, hdr=hdr)
+        elif self.client.connected:
+            self.client.send(subject, payload, hdr)
+        else:
+            raise TransportError("no upstream link is connected")
