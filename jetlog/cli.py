@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from jetlog.config import load_config
@@ -31,7 +31,7 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _run(main: Callable[[], Awaitable[int]], loop_kind: str) -> int:
+def _run(main: Callable[[], Coroutine[Any, Any, int]], loop_kind: str) -> int:
     if loop_kind in ("auto", "uvloop"):
         try:
             import uvloop
@@ -211,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="short runs (smoke)")
     b.add_argument("--rounds", type=int, default=3, help="alternating A/B rounds per case")
     b.add_argument("--only", default="", help="comma-separated case names")
+    b.add_argument("--full", action="store_true", help="also fsync=interval jetlog and sync=always nats")
     b.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     b.set_defaults(fn=cmd_bench)
     return p

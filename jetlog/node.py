@@ -69,7 +69,8 @@ class Node:
             token=up.token,
             nkey_seed=up.nkey_seed,
             creds_file=up.creds_file,
-            tls=tls,
+            # The leaf port has its own TLS setting: only upgrade when its URL asks for it.
+            tls=tls if up.leafnode_url.strip().startswith("tls://") else None,
         )
         self.egress = Egress(self.leaf, self.client)
         self.capture = Capture(self.leaf, self.client)

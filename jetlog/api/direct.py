@@ -4,7 +4,7 @@ Replies are raw messages, not JSON: the stored payload with the stored headers f
 ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-Stamp`` (plus
 ``Nats-Num-Pending``/``Nats-Last-Sequence`` in batches), then a ``204 EOB`` status for batch
 and multi-last requests. Errors are status replies (404/408/413). The request JSON is decoded
-leniently (unknown fields ignored), as nats-server does for this endpoint.
+like nats-server's plain ``json.Unmarshal`` (unknown members ignored).
 
 This module is pure logic over a store: :func:`direct_get` returns the frames to send, in
 order; the caller sends them all on one link so they arrive in order.
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import msgspec
-
+from jetlog.api.models import MsgGetRequest, decode_direct_get, direct_get_problem
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.wire import headers as H
 from jetlog.wire.subjects import is_literal
@@ -33,24 +32,6 @@ NOT_FOUND: Frame = (b"NATS/1.0 404 Message Not Found\r\n\r\n", b"")
 NO_RESULTS: Frame = (b"NATS/1.0 404 No Results\r\n\r\n", b"")
 TOO_MANY: Frame = (b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")
 API_LEVEL: Frame = (b"NATS/1.0 412 Required Api Level\r\n\r\n", b"")
-
-
-class DirectGetRequest(msgspec.Struct, omit_defaults=True):
-    """The request body (lenient: unknown fields are ignored, ``null`` means unset)."""
-
-    seq: int | None = None
-    last_by_subj: str | None = None
-    next_by_subj: str | None = None
-    batch: int | None = None
-    max_bytes: int | None = None
-    start_time: str | None = None
-    multi_last: list[str] | None = None
-    up_to_seq: int | None = None
-    up_to_time: str | None = None
-    no_hdr: bool | None = None
-
-
-_decoder = msgspec.json.Decoder(DirectGetRequest)
 
 
 def _headers(name: str, m: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
@@ -76,34 +57,30 @@ def direct_get(
     ``subject_key`` is the subject of the subject-appended form (``DIRECT.GET.<s>.<subject>``).
     ``max_seq`` bounds reads to committed data (0: no bound).
     """
+    req: MsgGetRequest | None
     if subject_key is not None:
-        req = DirectGetRequest()
-        if body.strip():
-            try:
-                req = _decoder.decode(body)
-            except msgspec.DecodeError:
+        req = MsgGetRequest()
+        if body:
+            req = decode_direct_get(body)
+            if req is None:
                 return [MALFORMED]
-        if (
-            req.last_by_subj
-            or req.next_by_subj
-            or req.multi_last
-            or req.seq
-            or req.batch
-            or req.start_time is not None
-            or req.up_to_seq
-            or req.up_to_time is not None
-        ):
-            return [BAD_REQUEST]
         if not subject_key:
+            return [BAD_REQUEST]
+        problem = direct_get_problem(req, subject_key)
+        if problem is not None:
             return [BAD_REQUEST]
         req.last_by_subj = subject_key
     else:
         if not body:
             return [EMPTY_REQUEST]
-        try:
-            req = _decoder.decode(body)
-        except msgspec.DecodeError:
+        req = decode_direct_get(body)
+        if req is None:
             return [MALFORMED]
+        problem = direct_get_problem(req)
+        if problem == "Empty Request":
+            return [EMPTY_REQUEST]
+        if problem is not None:
+            return [BAD_REQUEST]
     seq = req.seq or 0
     last_for = req.last_by_subj or ""
     next_for = req.next_by_subj or ""
@@ -115,29 +92,18 @@ def direct_get(
     except ValueError:
         return [MALFORMED]
     up_to_seq = req.up_to_seq or 0
-    if not seq and not last_for and not next_for and not multi and start_time is None:
-        return [EMPTY_REQUEST]
-    if (
-        (seq and last_for)
-        or (seq and start_time is not None)
-        or (start_time is not None and last_for)
-        or (last_for and next_for)
-        or (last_for and batch > 0)
-        or (last_for and multi)
-        or (next_for and multi)
-        or (up_to_seq and up_to_time is not None)
-    ):
-        return [BAD_REQUEST]
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
     if multi:
         return _multi(name, store, multi, seq, up_to_seq, up_to_time, batch, max_bytes, max_seq)
-    return list(_single_or_batch(name, store, req, seq, last_for, next_for, batch, start_time, max_bytes, max_seq))
+    return list(
+        _single_or_batch(name, store, req, seq, last_for, next_for, batch, start_time, max_bytes, max_seq)
+    )
 
 
 def _single_or_batch(
     name: str,
     store: MsgStore,
-    req: DirectGetRequest,
+    req: MsgGetRequest,
     seq: int,
     last_for: str,
     next_for: str,

@@ -12,11 +12,28 @@ state is only mutated on the loop.
 Durability: mutations take effect in memory at once. For a file store they become durable at the
 next group commit; ``committed_seq`` and the commit listeners report progress. Everything a
 commit covers is durable in log order: when sequence N is durable, every mutation made before
-N was appended (removals, purges, skips) is durable too.
+N was appended (removals, purges, skips) is durable too. Listeners are called only when
+``committed_seq`` advances (a commit holding only removals calls none; ``flush`` covers those).
+
+Implementations (``jetlog.log``) and what they add beyond this protocol:
+
+- ``await FileStore.open(path, *, compression=False, fsync="always", segment_bytes=64 MiB,
+  first_seq=1, sync_interval=1.0, io=None, verify=True, auto_compact=True,
+  compact_threshold=0.5)``; ``fsync="interval"`` reports commits after the write and fsyncs at
+  most every ``sync_interval`` seconds (can lose acknowledged data on power failure).
+  Extras: ``recovery`` (the ``RecoveryReport`` of this open), ``failed`` (the I/O error that
+  fenced the store, or None), ``epoch`` (leader epoch stamped on new batches; settable),
+  ``await compact()`` (run retention and compaction now), ``segments``, ``maintenance``.
+- ``MemStore(first_seq=1)`` (or ``await MemStore.open(first_seq=1)``): commits are reported
+  on the next loop iteration after a mutation.
+- A failed store (write or fsync error) raises ``StreamUnavailableError`` on every mutation and
+  on ``flush``; reads keep working. Reads raise ``CorruptSegmentError`` rather than return
+  bytes whose record CRC does not match.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, Protocol
 
@@ -112,7 +129,7 @@ class MsgStore(Protocol):
         ...
 
     # ---- writes -------------------------------------------------------------------------
-    def append(self, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int = 0) -> int:
+    def append(self, subject: str, hdr: builtins.bytes, data: builtins.bytes, ts: int, ttl: int = 0) -> int:
         """Store a message with sequence ``last_seq + 1`` and return that sequence.
 
         ``ts`` is the store time in ns (the caller keeps it non-decreasing). ``ttl`` > 0 is a
@@ -121,11 +138,11 @@ class MsgStore(Protocol):
         """
         ...
 
-    def skip(self, count: int = 1) -> int:
+    def skip(self, count: int = 1, ts: int = 0) -> int:
         """Consume ``count`` sequences without storing anything; return the new ``last_seq``.
 
         Used by interest retention when nobody is interested in a message. Durable like an
-        append.
+        append. ``ts`` (ns) becomes ``last_ts``; 0 means the wall clock (as nats-server does).
         """
         ...
 

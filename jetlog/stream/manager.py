@@ -47,9 +47,16 @@ class Capture(Protocol):
 
 
 class StoreSettings(Protocol):
-    fsync: str
-    sync_interval: float
-    segment_bytes: int
+    """The node-wide storage settings a manager opens stores with."""
+
+    @property
+    def fsync(self) -> str: ...
+
+    @property
+    def sync_interval(self) -> float: ...
+
+    @property
+    def segment_bytes(self) -> int: ...
 
 
 class _Meta(msgspec.Struct):
@@ -106,7 +113,7 @@ class StreamManager:
         for name in names:
             sdir = os.path.join(self.root, name)
             meta_path = os.path.join(sdir, "stream.json")
-            if not os.path.isfile(meta_path):
+            if not await asyncio.to_thread(os.path.isfile, meta_path):
                 continue
             try:
                 raw = await asyncio.to_thread(_read, meta_path)
@@ -162,7 +169,7 @@ class StreamManager:
         async with self._lock:
             created = time.time_ns()
             sdir = os.path.join(self.root, config.name)
-            if os.path.exists(sdir):
+            if await asyncio.to_thread(os.path.exists, sdir):
                 # Leftovers of a stream deleted while its files were busy: start clean.
                 await asyncio.to_thread(shutil.rmtree, sdir, True)
             await asyncio.to_thread(os.makedirs, sdir, exist_ok=True)
@@ -201,9 +208,7 @@ class StreamManager:
     # ---- internals ------------------------------------------------------------------------
 
     async def _write_meta(self, config: Any, created: int) -> None:
-        body = msgspec.json.encode(
-            {"config": msgspec.Raw(self.encode_config(config)), "created": created}
-        )
+        body = msgspec.json.encode({"config": msgspec.Raw(self.encode_config(config)), "created": created})
         path = os.path.join(self.root, config.name, "stream.json")
         await asyncio.to_thread(_write_atomic, path, body)
 
@@ -230,10 +235,9 @@ class StreamManager:
         )
 
     def _subscribe(self, stream: Stream) -> None:
-        handles = []
-        for subject in stream.config.subjects or ():
-            handles.append(self.capture.subscribe(subject, stream.process))
-        self._subs[stream.name] = handles
+        self._subs[stream.name] = [
+            self.capture.subscribe(subject, stream.process) for subject in stream.config.subjects or ()
+        ]
 
     def _unsubscribe(self, name: str) -> None:
         for h in self._subs.pop(name, []):

@@ -22,7 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from jetlog.errors import E, ApiError, JetlogError
+from jetlog.api.models import encode_puback, encode_puback_error
+from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.stream.dedup import DedupWindow
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
@@ -85,7 +86,6 @@ class Stream:
         self.closed = False
         self.stats = StreamStats()
         self.failed: JetlogError | None = None
-        self._ack_prefix = self._make_ack_prefix()
         # (ticket, subject, payload, hdr): sent once committed_seq >= ticket, in order.
         self._pending: deque[tuple[int, str, bytes, bytes]] = deque()
         self._stored_listeners: list[StoredListener] = []
@@ -93,6 +93,7 @@ class Stream:
         self._ttl_heap: list[tuple[int, int]] = []
         self._expiry_wake = asyncio.Event()
         self._expiry_task: asyncio.Task[None] | None = None
+        self._expiry_idle = False
         self._last_ts = 0
         store.add_commit_listener(self._on_commit)
 
@@ -157,16 +158,9 @@ class Stream:
         """Apply a validated new configuration; lowered limits take effect at once."""
         self.config = config
         self.policy = StreamPolicy.of(config)
-        self._ack_prefix = self._make_ack_prefix()
         self.dedup.set_window(self.policy.duplicate_window)
         self.enforce_limits()
         self._expiry_wake.set()
-
-    def _make_ack_prefix(self) -> bytes:
-        name = _json_str(self.name)
-        if self.domain:
-            return b'{"stream":' + name + b',"domain":' + _json_str(self.domain) + b',"seq":'
-        return b'{"stream":' + name + b',"seq":'
 
     # ---- publish path ---------------------------------------------------------------------
 
@@ -197,13 +191,10 @@ class Stream:
         else:
             stats.stored += 1
         if respond:
-            body = self._ack_prefix + str(seq).encode()
-            body += b',"duplicate": true}' if duplicate else b"}"
+            body = encode_puback(self.name, seq, duplicate, self.domain)
             self._queue(self.store.last_seq, reply, body)  # type: ignore[arg-type]
 
     def _error_ack(self, err: ApiError) -> bytes:
-        from jetlog.api.models import encode_puback_error
-
         return encode_puback_error(self.name, err, self.domain)
 
     def _store(self, subject: str, hdr: bytes, data: bytes) -> tuple[int, bool]:
@@ -298,6 +289,10 @@ class Stream:
         seq = self.store.append(subject, hdr, data, ts, ttl_ns)
         if ttl_ns:
             self._add_ttl(ts + ttl_ns, seq)
+        elif self._expiry_idle and p.max_age > 0:
+            # The expiry loop sleeps without a deadline while the stream is empty.
+            self._expiry_idle = False
+            self._expiry_wake.set()
         self._enforce_after_store(subject)
         self.last_msg_id = msg_id
         if msg_id:
@@ -458,6 +453,7 @@ class Stream:
         while not self.closed:
             deadline = self._next_deadline()
             timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1e9)
+            self._expiry_idle = deadline is None
             self._expiry_wake.clear()
             if timeout is None or timeout > 0:
                 with contextlib.suppress(TimeoutError):
@@ -523,12 +519,6 @@ class Stream:
 def _parse_uint(value: str) -> int | None:
     value = value.strip()
     return int(value) if value.isdigit() else None
-
-
-def _json_str(s: str) -> bytes:
-    import json
-
-    return json.dumps(s).encode()
 
 
 def _log_task_failure(task: asyncio.Task[Any]) -> None:

@@ -38,7 +38,7 @@ class _RawClient(Client):
         super().__init__()
         self.raw_callbacks: dict[int, RawCallback] = {}
 
-    async def _process_msg(  # type: ignore[override]
+    async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
         cb = self.raw_callbacks.get(sid)
@@ -143,7 +143,7 @@ class ClientLink:
     async def flush(self, timeout: float = 5.0) -> None:
         """Round trip to the server: everything sent before has been processed."""
         try:
-            await self.nc.flush(timeout)
+            await self.nc.flush(int(max(1, timeout)))
         except (TimeoutError, nats.errors.Error) as e:
             raise TransportError(f"flush failed: {e}") from e
 

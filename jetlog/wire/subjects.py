@@ -86,10 +86,9 @@ def collide(a: str, b: str) -> bool:
         return matches(a, b)
     ta, tb = a.split("."), b.split(".")
     fa, fb = ta[-1] == FWC, tb[-1] == FWC
-    if len(ta) != len(tb):
-        # The shorter one must end in '>' to reach the longer one's tokens.
-        if (len(ta) < len(tb) and not fa) or (len(tb) < len(ta) and not fb):
-            return False
+    # The shorter one must end in '>' to reach the longer one's tokens.
+    if len(ta) != len(tb) and ((len(ta) < len(tb) and not fa) or (len(tb) < len(ta) and not fb)):
+        return False
     return all(_can_match(x, y) for x, y in zip(ta, tb, strict=False))
 
 

@@ -24,8 +24,13 @@ async def api(nc: nats.NATS, subject: str, body: Any = b"", timeout: float = 3.0
     return json.loads(msg.data)
 
 
-async def raw(nc: nats.NATS, subject: str, body: bytes = b"", headers: dict[str, str] | None = None,
-              timeout: float = 3.0) -> Msg:
+async def raw(
+    nc: nats.NATS,
+    subject: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 3.0,
+) -> Msg:
     """Send a request and return the raw reply message."""
     return await nc.request(subject, body, timeout=timeout, headers=headers)
 
@@ -54,8 +59,13 @@ def error_of(resp: dict[str, Any]) -> tuple[int, int, str] | None:
     return e["code"], e["err_code"], e["description"]
 
 
-async def publish_req(nc: nats.NATS, subject: str, data: bytes = b"", headers: dict[str, str] | None = None,
-                      timeout: float = 3.0) -> dict[str, Any]:
+async def publish_req(
+    nc: nats.NATS,
+    subject: str,
+    data: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 3.0,
+) -> dict[str, Any]:
     """Publish with a reply subject and return the PubAck JSON (success or error)."""
     msg = await nc.request(subject, data, timeout=timeout, headers=headers)
     return json.loads(msg.data)

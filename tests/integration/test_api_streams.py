@@ -69,22 +69,36 @@ async def test_create_is_idempotent_and_rejects_different_config(nc: nats.NATS) 
 @pytest.mark.parametrize(
     ("subject", "body", "expected"),
     [
-        ("FOO", {"name": "FOO", "subjects": ["foo"], "bogus": 1},
-         (400, 10025, 'invalid JSON: json: unknown field "bogus"')),
+        (
+            "FOO",
+            {"name": "FOO", "subjects": ["foo"], "bogus": 1},
+            (400, 10025, 'invalid JSON: json: unknown field "bogus"'),
+        ),
         ("FOO", {"name": "BAR"}, (400, 10056, "stream name in subject does not match request")),
         ("FOO", b"", (400, 10056, "stream name in subject does not match request")),
         ("SMALLAGE", {"name": "SMALLAGE", "max_age": 1000}, (500, 10052, "max age needs to be >= 100ms")),
         ("NEG", {"name": "NEG", "max_age": -1}, (500, 10052, "max age can not be negative")),
-        ("SEALED", {"name": "SEALED", "sealed": True},
-         (500, 10052, "stream configuration for create can not be sealed")),
-        ("R3", {"name": "R3", "num_replicas": 3},
-         (500, 10074, "replicas > 1 not supported in non-clustered mode")),
+        (
+            "SEALED",
+            {"name": "SEALED", "sealed": True},
+            (500, 10052, "stream configuration for create can not be sealed"),
+        ),
+        (
+            "R3",
+            {"name": "R3", "num_replicas": 3},
+            (500, 10074, "replicas > 1 not supported in non-clustered mode"),
+        ),
         ("OV", {"name": "OV", "subjects": ["a.*", "a.b"]}, (500, 10052, 'subject "a.*" overlaps with "a.b"')),
-        ("DNP", {"name": "DNP", "discard_new_per_subject": True},
-         (500, 10052, "discard new per subject requires discard new policy to be set")),
+        (
+            "DNP",
+            {"name": "DNP", "discard_new_per_subject": True},
+            (500, 10052, "discard new per subject requires discard new policy to be set"),
+        ),
     ],
 )
-async def test_create_errors(nc: nats.NATS, subject: str, body: object, expected: tuple[int, int, str]) -> None:
+async def test_create_errors(
+    nc: nats.NATS, subject: str, body: object, expected: tuple[int, int, str]
+) -> None:
     r = await api(nc, f"$JS.API.STREAM.CREATE.{subject}", body)
     assert r["type"] == T + "stream_create_response"
     assert error_of(r) == expected
@@ -217,8 +231,13 @@ async def test_account_info(nc: nats.NATS) -> None:
     assert r["memory"] == 1 + 5 + 16
     assert r["reserved_storage"] == 1000 and r["reserved_memory"] == 0
     assert r["limits"] == {
-        "max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1,
-        "max_ack_pending": -1, "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1,
+        "max_memory": -1,
+        "max_storage": -1,
+        "max_streams": -1,
+        "max_consumers": -1,
+        "max_ack_pending": -1,
+        "memory_max_stream_bytes": -1,
+        "storage_max_stream_bytes": -1,
         "max_bytes_required": False,
     }
     assert r["api"]["level"] == 5
@@ -243,3 +262,15 @@ async def test_nats_py_stream_lifecycle(nc: nats.NATS, target: Target) -> None:
     assert await js.find_stream_name_by_subject("life.x") == "LIFE"
     await js.delete_stream("LIFE")
     assert await js.streams_info() == []
+
+
+async def test_concurrent_creates_of_one_name(nc: nats.NATS) -> None:
+    import asyncio
+
+    body = {"name": "RACE", "subjects": ["race.>"]}
+    rs = await asyncio.gather(*[api(nc, "$JS.API.STREAM.CREATE.RACE", body) for _ in range(8)])
+    assert all(r.get("did_create") is True for r in rs)
+    names = await api(nc, "$JS.API.STREAM.NAMES")
+    assert names["streams"] == ["RACE"]
+    js = nc.jetstream()
+    assert (await js.publish("race.x", b"1")).seq == 1

@@ -145,8 +145,9 @@ async def test_direct_get_multi_last(nc: nats.NATS) -> None:
     assert len(msgs) == 1 and _status(msgs[0]) == ("404", "No Results")
     r = await api(nc, "$JS.API.STREAM.MSG.GET.DG", {"seq": 1})
     t1 = r["message"]["time"]
-    msgs = await _collect(nc, "$JS.API.DIRECT.GET.DG",
-                          json.dumps({"multi_last": ["dg.*"], "up_to_time": t1}).encode())
+    msgs = await _collect(
+        nc, "$JS.API.DIRECT.GET.DG", json.dumps({"multi_last": ["dg.*"], "up_to_time": t1}).encode()
+    )
     assert len(msgs) == 1 and _status(msgs[0]) == ("404", "No Results")
 
 

@@ -1,4 +1,4 @@
-"""MSG.GET, MSG.DELETE and PURGE conformance (spec §6.1–6.3): jetlog and nats-server -js."""
+"""MSG.GET, MSG.DELETE and PURGE conformance (spec §6.1-6.3): jetlog and nats-server -js."""
 
 from __future__ import annotations
 
@@ -111,8 +111,11 @@ async def test_purge_variants(nc: nats.NATS) -> None:
     r = await api(nc, "$JS.API.STREAM.PURGE.G", {"filter": "g.a"})
     assert r == {"type": T + "stream_purge_response", "success": True, "purged": 2}
     r = await api(nc, "$JS.API.STREAM.PURGE.G", {"seq": 5, "keep": 1})
-    assert r == {"type": T + "stream_purge_response",
-                 "error": {"code": 400, "err_code": 10003, "description": "bad request"}, "purged": 0}
+    assert r == {
+        "type": T + "stream_purge_response",
+        "error": {"code": 400, "err_code": 10003, "description": "bad request"},
+        "purged": 0,
+    }
     r = await api(nc, "$JS.API.STREAM.PURGE.G", {"filter": "g.>", "keep": 1})
     assert r["purged"] == 2
     info = await js.stream_info("G")

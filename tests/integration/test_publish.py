@@ -47,13 +47,21 @@ async def test_publish_sequence_dedup_and_expected_headers(nc: nats.NATS) -> Non
     r = await publish_req(nc, "orders.zz", b"", {"Nats-Expected-Last-Subject-Sequence": "0"})
     assert r["error"]["description"] == "wrong last sequence: 7"
     r = await publish_req(
-        nc, "orders.q", b"", {"Nats-Expected-Last-Subject-Sequence": "7",
-                              "Nats-Expected-Last-Subject-Sequence-Subject": "orders.zz"}
+        nc,
+        "orders.q",
+        b"",
+        {
+            "Nats-Expected-Last-Subject-Sequence": "7",
+            "Nats-Expected-Last-Subject-Sequence-Subject": "orders.zz",
+        },
     )
     assert r["seq"] == 8
     r = await publish_req(nc, "orders.q", b"", {"Nats-Expected-Last-Subject-Sequence-Subject": "orders.zz"})
-    assert r["error"] == {"code": 400, "err_code": 10193,
-                          "description": "missing sequence for expected last sequence per subject"}
+    assert r["error"] == {
+        "code": 400,
+        "err_code": 10193,
+        "description": "missing sequence for expected last sequence per subject",
+    }
     await js.publish("orders.new", b"", headers={"Nats-Msg-Id": "id-3"})
     r = await publish_req(nc, "orders.new", b"", {"Nats-Expected-Last-Msg-Id": "id-1"})
     assert r["error"] == {"code": 400, "err_code": 10070, "description": "wrong last msg ID: id-3"}
@@ -111,15 +119,32 @@ async def test_no_ack_stream_never_answers(nc: nats.NATS) -> None:
 
 
 async def test_limits_discard_new_and_sizes(nc: nats.NATS) -> None:
-    await api(nc, "$JS.API.STREAM.CREATE.LIM", {"name": "LIM", "subjects": ["lim.*"], "max_msgs": 2,
-                                                "discard": "new", "max_msg_size": 10, "storage": "memory"})
+    await api(
+        nc,
+        "$JS.API.STREAM.CREATE.LIM",
+        {
+            "name": "LIM",
+            "subjects": ["lim.*"],
+            "max_msgs": 2,
+            "discard": "new",
+            "max_msg_size": 10,
+            "storage": "memory",
+        },
+    )
     assert (await publish_req(nc, "lim.a", b"1"))["seq"] == 1
     assert (await publish_req(nc, "lim.b", b"2"))["seq"] == 2
     r = await publish_req(nc, "lim.c", b"3")
-    assert r == {"error": {"code": 503, "err_code": 10077, "description": "maximum messages exceeded"},
-                 "stream": "LIM", "seq": 0}
+    assert r == {
+        "error": {"code": 503, "err_code": 10077, "description": "maximum messages exceeded"},
+        "stream": "LIM",
+        "seq": 0,
+    }
     r = await publish_req(nc, "lim.a", b"01234567890")
-    assert r["error"] == {"code": 400, "err_code": 10054, "description": "message size exceeds maximum allowed"}
+    assert r["error"] == {
+        "code": 400,
+        "err_code": 10054,
+        "description": "message size exceeds maximum allowed",
+    }
     r = await publish_req(nc, "lim.a", b"12345", {"H": "v"})
     assert r["error"]["err_code"] == 10054
     info = await api(nc, "$JS.API.STREAM.INFO.LIM")
@@ -127,8 +152,9 @@ async def test_limits_discard_new_and_sizes(nc: nats.NATS) -> None:
 
 
 async def test_max_bytes_discard_new(nc: nats.NATS) -> None:
-    await api(nc, "$JS.API.STREAM.CREATE.MB", {"name": "MB", "subjects": ["mb"], "max_bytes": 100,
-                                               "discard": "new"})
+    await api(
+        nc, "$JS.API.STREAM.CREATE.MB", {"name": "MB", "subjects": ["mb"], "max_bytes": 100, "discard": "new"}
+    )
     assert (await publish_req(nc, "mb", b"x" * 40))["seq"] == 1  # 22+2+40+8 = 72
     r = await publish_req(nc, "mb", b"x" * 40)
     assert r["error"] == {"code": 503, "err_code": 10077, "description": "maximum bytes exceeded"}
@@ -153,11 +179,24 @@ async def test_discard_old_limits(nc: nats.NATS) -> None:
 
 
 async def test_discard_new_per_subject(nc: nats.NATS) -> None:
-    await api(nc, "$JS.API.STREAM.CREATE.DPS", {"name": "DPS", "subjects": ["dps.*"], "discard": "new",
-                                                "max_msgs_per_subject": 1, "discard_new_per_subject": True})
+    await api(
+        nc,
+        "$JS.API.STREAM.CREATE.DPS",
+        {
+            "name": "DPS",
+            "subjects": ["dps.*"],
+            "discard": "new",
+            "max_msgs_per_subject": 1,
+            "discard_new_per_subject": True,
+        },
+    )
     assert (await publish_req(nc, "dps.a", b"1"))["seq"] == 1
     r = await publish_req(nc, "dps.a", b"2")
-    assert r["error"] == {"code": 503, "err_code": 10077, "description": "maximum messages per subject exceeded"}
+    assert r["error"] == {
+        "code": 503,
+        "err_code": 10077,
+        "description": "maximum messages per subject exceeded",
+    }
     assert (await publish_req(nc, "dps.b", b"1"))["seq"] == 2
 
 
@@ -195,12 +234,21 @@ async def test_sealed_stream_rejects_everything(nc: nats.NATS) -> None:
 async def test_ttl_values(nc: nats.NATS) -> None:
     js = nc.jetstream()
     await js.add_stream(name="TTL", subjects=["ttl"], allow_msg_ttl=True)
-    for value, ok in [("2s", True), ("60", True), ("never", True), ("500ms", False), ("abc", False), ("-1", False)]:
+    for value, ok in [
+        ("2s", True),
+        ("60", True),
+        ("never", True),
+        ("500ms", False),
+        ("abc", False),
+        ("-1", False),
+    ]:
         r = await publish_req(nc, "ttl", b"x", {"Nats-TTL": value})
         if ok:
             assert "seq" in r and "error" not in r, (value, r)
         else:
-            assert r["error"] == {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}, value
+            assert r["error"] == {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}, (
+                value
+            )
 
 
 async def test_ttl_expires_message(nc: nats.NATS) -> None:

@@ -1,0 +1,5 @@
+"""``python -m jetlog`` = the ``jetlog`` command."""
+
+from jetlog.cli import main
+
+main()

@@ -1,0 +1,145 @@
+"""Benchmark cases. Each runs on a fresh stream with one nats-py client and returns a rate
+(operations per second) and, where meaningful, latency percentiles in microseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats
+from nats.js import JetStreamContext
+
+
+@dataclass
+class Result:
+    """One measurement."""
+
+    rate: float
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+
+
+Case = Callable[[nats.NATS, JetStreamContext, str, bool], Awaitable[Result]]
+
+
+def _pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def _stream(js: JetStreamContext, name: str, **kw: object) -> None:
+    await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], **kw)  # type: ignore[arg-type]
+
+
+async def pub_sync(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, size: int = 128) -> Result:
+    """Sequential js.publish: one message in flight; rate and latency."""
+    await _stream(js, name)
+    payload = b"x" * size
+    n = 300 if quick else 3000
+    subj = f"{name.lower()}.s"
+    for _ in range(50):
+        await js.publish(subj, payload)
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = time.perf_counter()
+        await js.publish(subj, payload)
+        lat.append((time.perf_counter() - a) * 1e6)
+    el = time.perf_counter() - t0
+    return Result(n / el, _pct(lat, 0.5), _pct(lat, 0.99))
+
+
+async def pub_async(
+    nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, size: int = 128, window: int = 256
+) -> Result:
+    """js.publish_async with a bounded window of outstanding PubAcks."""
+    await _stream(js, name)
+    ajs = nc.jetstream(publish_async_max_pending=window)
+    payload = b"x" * size
+    n = 5000 if quick else (50000 if size <= 1024 else 15000)
+    subj = f"{name.lower()}.a"
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await ajs.publish_async(subj, payload)
+    await ajs.publish_async_completed()
+    el = time.perf_counter() - t0
+    return Result(n / el)
+
+
+async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, size: int = 128) -> Result:
+    """Plain nc.publish (no reply): rate at which messages are stored."""
+    await _stream(js, name)
+    payload = b"x" * size
+    n = 20000 if quick else 200000
+    subj = f"{name.lower()}.f"
+    t0 = time.perf_counter()
+    for i in range(n):
+        await nc.publish(subj, payload)
+        if i % 5000 == 4999:
+            await asyncio.sleep(0)
+    await nc.flush()
+    deadline = time.monotonic() + 120
+    while True:
+        info = await js.stream_info(name)
+        if info.state.messages >= n or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.01)
+    el = time.perf_counter() - t0
+    return Result(info.state.messages / el)
+
+
+async def _prefill(nc: nats.NATS, js: JetStreamContext, name: str, n: int, direct: bool) -> None:
+    await _stream(js, name, allow_direct=direct)
+    ajs = nc.jetstream(publish_async_max_pending=512)
+    for i in range(n):
+        await ajs.publish_async(f"{name.lower()}.k{i % 100}", b"v" * 128)
+    await ajs.publish_async_completed()
+
+
+async def _random_gets(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, direct: bool) -> Result:
+    n_msgs = 2000 if quick else 10000
+    await _prefill(nc, js, name, n_msgs, direct)
+    rng = random.Random(2 if direct else 1)
+    n = 300 if quick else 3000
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = time.perf_counter()
+        await js.get_msg(name, rng.randint(1, n_msgs), direct=direct)
+        lat.append((time.perf_counter() - a) * 1e6)
+    el = time.perf_counter() - t0
+    return Result(n / el, _pct(lat, 0.5), _pct(lat, 0.99))
+
+
+async def msg_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+    """STREAM.MSG.GET by random sequence, one at a time."""
+    return await _random_gets(nc, js, name, quick, direct=False)
+
+
+async def direct_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+    """DIRECT.GET by random sequence, one at a time."""
+    return await _random_gets(nc, js, name, quick, direct=True)
+
+
+def all_cases() -> dict[str, Case]:
+    """Every case by name, in report order."""
+    cases: dict[str, Case] = {"pub-sync 128B": pub_sync}
+    for window in (256, 1024):
+        for size, label in ((128, "128B"), (1024, "1KiB"), (16384, "16KiB")):
+
+            def make(s: int = size, w: int = window) -> Case:
+                async def case(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+                    return await pub_async(nc, js, name, quick, size=s, window=w)
+
+                return case
+
+            cases[f"pub-async w{window} {label}"] = make()
+    cases["pub-fire 128B"] = pub_fire
+    cases["msg-get"] = msg_get
+    cases["direct-get"] = direct_get
+    return cases

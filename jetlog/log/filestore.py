@@ -1,0 +1,612 @@
+"""``FileStore``: a stream's messages in a directory of segment files (see ``segment.py`` for the
+layout, ``recovery.py`` for opening, ``commit.py`` for group commit, ``compaction.py`` for the
+rewrite rules and the op invariant).
+
+Threads: one flusher thread (batch writes and fsyncs only, so commits never wait behind other
+file work) and one maintenance thread (index files of sealed segments, segment deletion,
+rewrites). Every in-memory structure is mutated on the loop only; threads get immutable
+snapshots and return results that the loop applies.
+
+Write path: ``append`` encodes the record (with its CRC) into the open batch at once and
+indexes it; the record is readable immediately (served from memory until written). The
+flusher takes everything pending as one job (group commit); after the write and fdatasync it
+advances ``committed_seq`` and calls the commit listeners on the loop. A write or fsync error
+fails the store for good (no retry: after a failed fsync the page cache state is unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import time
+from array import array
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import zstandard
+from crc32c import crc32c
+
+from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
+from jetlog.log.base import IndexedStore
+from jetlog.log.commit import Job, JobResult, OpenBatch, PendingBatch, Roll, run_job, seal_pending
+from jetlog.log.compaction import delete_segments, rewrite_segment
+from jetlog.log.index import Block, Index
+from jetlog.log.maintenance import Maintenance, idx_snapshot
+from jetlog.log.recovery import Recovered, build_index, recover, write_idx_file
+from jetlog.log.segment import AUX_MASK, COMPRESSED, OsIO, Segment, SegmentIO
+from jetlog.log.store import RecoveryReport, StoredMsg
+from jetlog.wire import records as rc
+
+log = logging.getLogger("jetlog.log.filestore")
+
+DEFAULT_SEGMENT_BYTES = 64 << 20
+_RNC = rc.REC_NOCRC
+_CRC = rc.CRC
+_TTL = rc.TTL
+_HDR = rc.HEADER_SIZE
+_SPLIT = rc.SPLIT_BODY
+_FD_CACHE = 64
+_BODY_CACHE = 8
+
+__all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore"]
+
+
+def _prepare_dir(path: str, io: SegmentIO) -> int:
+    """Create the store directory if needed (durably) and lock it; return the lock fd."""
+    try:
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            io.sync_dir(os.path.dirname(os.path.abspath(path)))  # the directory entry is durable
+        lock_fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot use store directory {path}: {exc}") from exc
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise StorageError(f"store directory {path} is in use by another process") from exc
+    return lock_fd
+
+
+class FileStore(IndexedStore):
+    """Durable ``MsgStore`` on segment files with group commit. Create with ``await
+    FileStore.open(path, ...)``."""
+
+    def __init__(
+        self,
+        path: str,
+        io: SegmentIO,
+        rec: Recovered,
+        ix: Index,
+        lock_fd: int,
+        *,
+        compression: bool,
+        fsync: str,
+        segment_bytes: int,
+        sync_interval: float,
+        auto_compact: bool,
+        compact_threshold: float,
+    ) -> None:
+        super().__init__(ix)
+        self.path = path
+        self._io = io
+        self._lock_fd = lock_fd
+        self._compressed = compression
+        self._always = fsync == "always"
+        self._segment_bytes = segment_bytes
+        self._sync_interval = int(sync_interval * 1e9)  # ns
+        self.epoch = rec.epoch
+        self._segs: list[Segment] = rec.segments
+        self._seg = self._segs[-1]
+        self._wseg = self._seg
+        self._seg.fd = io.open(self._seg.path, os.O_RDWR | os.O_APPEND)
+        self._ob = OpenBatch(self._seg, self._seg.size, ix.last_seq)
+        self._queue: list[PendingBatch | Roll] = []
+        self._pend: dict[int, tuple[bytes, bytes]] = {}
+        self._inflight: dict[int, tuple[bytes, bytes]] = {}
+        self._committed = ix.last_seq
+        self._jobs_taken = 0
+        self._jobs_done = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._failed: BaseException | None = None
+        self._refuse = False
+        self._closed = False
+        self._stopping = False
+        self._idle = False
+        self._unsynced = False
+        self._last_sync = time.monotonic_ns()
+        self._wake = asyncio.Event()
+        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-flush")
+        self._cctx = zstandard.ZstdCompressor(level=3) if compression else None
+        self._dctx = zstandard.ZstdDecompressor()
+        self._fd_lru: OrderedDict[Segment, None] = OrderedDict()
+        self._bodies: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
+        self._lost_seqs = tuple(rec.lost)
+        self._lost_bytes = rec.lost_bytes
+        self.recovery = RecoveryReport(
+            segments=len(rec.segments),
+            messages=ix.msgs,
+            truncated_bytes=rec.truncated_bytes,
+            rebuilt_indexes=rec.rebuilt_indexes,
+            quarantined=tuple(rec.quarantined),
+            lost_seqs=tuple(rec.lost),
+        )
+        self._maint = Maintenance(self, auto_compact, compact_threshold)
+        self._flusher = asyncio.get_running_loop().create_task(
+            self._run_flusher(), name=f"jetlog-flush:{path}"
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        path: str,
+        *,
+        compression: bool = False,
+        fsync: str = "always",
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        first_seq: int = 1,
+        sync_interval: float = 1.0,
+        io: SegmentIO | None = None,
+        verify: bool = True,
+        auto_compact: bool = True,
+        compact_threshold: float = 0.5,
+    ) -> FileStore:
+        """Open (creating if needed) the store in directory ``path`` and recover it.
+
+        ``fsync``: ``"always"`` (group commit: a commit is reported only after fdatasync) or
+        ``"interval"`` (commits are reported after the write; fdatasync at most every
+        ``sync_interval`` seconds — acknowledged data can be lost on power failure). ``first_seq``
+        only applies to a new store. ``verify`` checks every batch CRC on open even where an
+        index file is valid. Raises ``StorageError`` for an unusable directory; corruption
+        never raises (see ``recovery``).
+        """
+        if fsync not in ("always", "interval"):
+            raise ValueError(f"fsync must be 'always' or 'interval', not {fsync!r}")
+        if not 4096 <= segment_bytes <= 1 << 30:
+            raise ValueError("segment_bytes must be between 4 KiB and 1 GiB")
+        sio: SegmentIO = io if io is not None else OsIO()
+        lock_fd = await asyncio.to_thread(_prepare_dir, path, sio)
+
+        def _recover() -> tuple[Recovered, Index]:
+            rec = recover(path, sio, verify=verify, first_seq=first_seq)
+            return rec, build_index(rec)
+
+        try:
+            rec, ix = await asyncio.to_thread(_recover)
+            return cls(
+                path,
+                sio,
+                rec,
+                ix,
+                lock_fd,
+                compression=compression,
+                fsync=fsync,
+                segment_bytes=segment_bytes,
+                sync_interval=sync_interval,
+                auto_compact=auto_compact,
+                compact_threshold=compact_threshold,
+            )
+        except OSError as exc:
+            os.close(lock_fd)
+            raise StorageError(f"cannot open store {path}: {exc}") from exc
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    # ---- state --------------------------------------------------------------------------
+    @property
+    def committed_seq(self) -> int:
+        return self._committed
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The I/O error that failed the store, if any."""
+        return self._failed
+
+    @property
+    def maintenance(self) -> Maintenance:
+        """The background retention/compaction runner (counters, ``wait_until``)."""
+        return self._maint
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The live segment list (read-only view for tests and metrics)."""
+        return list(self._segs)
+
+    def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise StreamUnavailableError(f"store {self.path} failed: {self._failed}")
+        if self._closed:
+            raise StreamUnavailableError(f"store {self.path} is closed")
+
+    # ---- writes ---------------------------------------------------------------------------
+    def append(self, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int = 0) -> int:
+        if self._refuse:
+            self._check_writable()
+        ix = self._ix
+        subj = ix.subjects
+        sid = subj.ids.get(subject)
+        if sid is None:
+            sid = subj.intern(subject)
+        sb = subj.raw[sid]
+        seq = ix.last_seq + 1
+        slen = len(sb)
+        hlen = len(hdr)
+        dlen = len(data)
+        if ttl:
+            exp = ts + ttl
+            rec = _RNC.pack(seq, ts, slen, 1, 0, hlen, dlen) + _TTL.pack(exp) + sb + hdr + data
+        else:
+            rec = _RNC.pack(seq, ts, slen, 0, 0, hlen, dlen) + sb + hdr + data
+        rec = _CRC.pack(crc32c(rec)) + rec
+        rlen = len(rec)
+        ob = self._ob
+        if ob.body + rlen > _SPLIT and ob.nrec:
+            ob = self._close_batch()
+        seg = self._seg
+        if ob.pos + _HDR + ob.body + rlen > self._segment_bytes and seg.nrecords:
+            ob = self._roll()
+            seg = self._seg
+        if self._compressed:
+            pos = 0
+            aux = COMPRESSED | ob.body
+        else:
+            pos = ob.pos + _HDR + ob.body
+            aux = rlen
+        ix.last_seq = seq
+        ix.last_ts = ts
+        ix.add(seq, ts, sid, 30 + slen + dlen + (4 + hlen if hlen else 0), pos, aux, seg, True)
+        if not seg.nrecords:
+            seg.min_seq = seq
+        seg.nrecords += 1
+        seg.max_seq = seq
+        if ttl:
+            ix.ttl[seq] = exp
+            seg.ttl[seq] = exp
+        self._pend[seq] = (hdr, data)
+        ob.parts.append(rec)
+        ob.body += rlen
+        if not ob.nrec:
+            ob.first_rec = seq
+        ob.nrec += 1
+        ob.last_rec = seq
+        if self._idle:
+            self._kick()
+        return seq
+
+    def remove(self, seq: int, erase: bool = False) -> bool:
+        if erase:
+            blk, _ = self._ix.live_entry(seq)
+            if blk is not None:
+                blk.seg.erase = True
+        return super().remove(seq, erase)
+
+    def _log_removal(self, ranges: list[tuple[int, int]], erase: bool) -> None:
+        ops = self._ob.ops
+        for a, b in ranges:
+            if ops:
+                pa, pb = ops[-1]
+                if pa <= a <= pb + 1:
+                    ops[-1] = (pa, max(pb, b))
+                    continue
+                if a > pb:
+                    nl = self._ix.next_live(pb + 1)
+                    if nl == 0 or nl > b:  # nothing live between: bridge the gap
+                        ops[-1] = (pa, b)
+                        continue
+            ops.append((a, b))
+        if self._idle:
+            self._kick()
+
+    def _skipped(self) -> None:
+        if self._idle:
+            self._kick()
+
+    def _mutated(self) -> None:
+        self._ix.prune()
+        self._maint.poke()
+
+    def _close_batch(self) -> OpenBatch:
+        ob = self._ob
+        ix = self._ix
+        if ob.nrec or ob.ops or ix.last_seq != ob.base_seq:
+            self._queue.append(
+                PendingBatch(
+                    ob.seg,
+                    -1 if self._compressed else ob.pos,
+                    ob.parts,
+                    ob.nrec,
+                    ob.ops,
+                    self.epoch,
+                    ob.base_seq,
+                    ix.last_seq,
+                    ix.last_ts,
+                    ob.first_rec,
+                    ob.last_rec,
+                )
+            )
+            end = ob.pos + _HDR + ob.body + rc.OP_SIZE * len(ob.ops)
+            self._ob = OpenBatch(ob.seg, end, ix.last_seq)
+        return self._ob
+
+    def _roll(self) -> OpenBatch:
+        self._close_batch()
+        old = self._seg
+        new = Segment(self.path, self._ix.last_seq + 1)
+        self._queue.append(Roll(old, new))
+        self._segs.append(new)
+        self._seg = new
+        self._ob = OpenBatch(new, 0, self._ix.last_seq)
+        return self._ob
+
+    def _has_pending(self) -> bool:
+        ob = self._ob
+        return bool(self._queue or ob.nrec or ob.ops or self._ix.last_seq != ob.base_seq)
+
+    # ---- group commit ---------------------------------------------------------------------
+    def _kick(self) -> None:
+        self._idle = False
+        self._wake.set()
+
+    async def flush(self) -> None:
+        self._raise_if_failed()
+        pending = self._has_pending()
+        if not pending and self._jobs_taken == self._jobs_done:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._jobs_taken + (1 if pending else 0), fut))
+        self._kick()
+        await fut
+
+    def _raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise StreamUnavailableError(f"store {self.path} failed: {self._failed}")
+
+    async def _run_flusher(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not self._has_pending():
+                    if self._stopping:
+                        return
+                    timer = None
+                    if self._unsynced:
+                        delay = max(0.0, (self._last_sync + self._sync_interval - time.monotonic_ns()) / 1e9)
+                        timer = loop.call_later(delay, self._kick)
+                    self._idle = True
+                    self._wake.clear()
+                    await self._wake.wait()
+                    self._idle = False
+                    if timer is not None:
+                        timer.cancel()
+                    if not self._has_pending():
+                        if self._unsynced and time.monotonic_ns() - self._last_sync >= self._sync_interval:
+                            fd = self._wseg.fd
+                            assert fd is not None
+                            await loop.run_in_executor(self._exec, self._io.sync, fd)
+                            self._last_sync = time.monotonic_ns()
+                            self._unsynced = False
+                        continue
+                job = self._take()
+                res = await loop.run_in_executor(self._exec, run_job, self._io, job, self._cctx)
+                self._commit(job, res)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, StorageError) as exc:
+            self._fail(exc)
+        except Exception as exc:
+            log.exception("flusher of %s crashed", self.path)
+            self._fail(exc)
+
+    def _take(self) -> Job:
+        self._close_batch()
+        actions = self._queue
+        self._queue = []
+        if not self._compressed:
+            actions = [seal_pending(a, None) if isinstance(a, PendingBatch) else a for a in actions]
+        self._inflight = self._pend
+        self._pend = {}
+        self._jobs_taken += 1
+        sync = self._always or time.monotonic_ns() - self._last_sync >= self._sync_interval
+        fd = self._wseg.fd
+        assert fd is not None
+        return Job(self._jobs_taken, actions, self._ix.last_seq, self._wseg, fd, self._wseg.size, sync)
+
+    def _commit(self, job: Job, res: JobResult) -> None:
+        it = iter(res.batch_pos)
+        fds = dict(res.fds)
+        for act in job.actions:
+            if isinstance(act, Roll):
+                act.old.sealed = True
+                self._schedule_index(act.old)
+                self._track_fd(act.old)
+                act.new.fd = fds[act.new]
+                self._wseg = act.new
+                continue
+            bpos = next(it)
+            seg = act.seg
+            seg.batches.append(bpos)
+            for a, b in act.ops:
+                seg.ops.append(a)
+                seg.ops.append(b)
+            seg.last_seq = act.last_seq
+            seg.last_ts = act.last_ts
+            if act.pos < 0 and act.nrec:
+                self._ix.set_pos(act.first_rec, act.last_rec, bpos)
+        for seg, size in res.sizes:
+            seg.size = size
+        if job.sync:
+            self._last_sync = time.monotonic_ns()
+            self._unsynced = False
+        else:
+            self._unsynced = True
+        self._inflight = {}
+        self._jobs_done = job.number
+        if self._waiters:
+            keep = []
+            for target, fut in self._waiters:
+                if target <= job.number:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((target, fut))
+            self._waiters = keep
+        if job.last_seq > self._committed:
+            self._committed = job.last_seq
+            self._notify(job.last_seq)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failed is not None:
+            return
+        self._failed = exc
+        self._refuse = True
+        log.error("store %s failed, refusing further writes: %s", self.path, exc)
+        err = StreamUnavailableError(f"store {self.path} failed: {exc}")
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(err)
+        self._waiters = []
+        self._maint.poke()
+
+    # ---- index files ----------------------------------------------------------------------
+    def _schedule_index(self, seg: Segment) -> None:
+        self._maint.schedule_index(seg)
+
+    # ---- reads ----------------------------------------------------------------------------
+    def _read(self, blk: Block, i: int) -> StoredMsg:
+        seq = blk.seqs[i]
+        if seq > self._committed:
+            t = self._pend.get(seq) or self._inflight.get(seq)
+            if t is not None:
+                return StoredMsg(seq, self._ix.subjects.names[blk.sid[i]], t[0], t[1], blk.ts[i])
+        seg: Segment = blk.seg
+        pos = blk.pos[i]
+        aux = blk.aux[i]
+        try:
+            fd = seg.fd if seg.fd is not None else self._open_fd(seg)
+            if aux & COMPRESSED:
+                body = self._compressed_body(seg, fd, pos)
+                r, _ = rc.decode_record(body, aux & AUX_MASK)
+            else:
+                r, _ = rc.decode_record(self._io.pread(fd, aux, pos), 0)
+        except rc.BatchError as exc:
+            raise CorruptSegmentError(seg.path, pos, exc.reason) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {seg.path}: {exc}") from exc
+        if r.seq != seq:
+            raise CorruptSegmentError(seg.path, pos, f"index expects sequence {seq}, record has {r.seq}")
+        return StoredMsg(seq, r.subject, r.hdr, r.data, r.ts)
+
+    def _compressed_body(self, seg: Segment, fd: int, pos: int) -> bytes:
+        key = (seg.base, seg.gen, pos)
+        body = self._bodies.get(key)
+        if body is not None:
+            self._bodies.move_to_end(key)
+            return body
+        h = rc.decode_header(self._io.pread(fd, _HDR, pos))
+        stored = self._io.pread(fd, h.body_len, pos + _HDR)
+        if len(stored) != h.body_len or crc32c(stored) != h.body_crc:
+            raise rc.BatchError(pos, "batch body does not match its header", torn=False)
+        raw = rc.raw_body(h, stored, self._dctx, pos)
+        body = raw if isinstance(raw, bytes) else bytes(raw)
+        self._bodies[key] = body
+        if len(self._bodies) > _BODY_CACHE:
+            self._bodies.popitem(last=False)
+        return body
+
+    def _open_fd(self, seg: Segment) -> int:
+        fd = seg.fd = self._io.open(seg.path, os.O_RDONLY)
+        self._track_fd(seg)
+        return fd
+
+    def _track_fd(self, seg: Segment) -> None:
+        """Keep at most ``_FD_CACHE`` sealed segments open (the writer's file always is)."""
+        self._fd_lru[seg] = None
+        while len(self._fd_lru) > _FD_CACHE:
+            old, _ = self._fd_lru.popitem(last=False)
+            if old is self._wseg or old is self._seg or old.compacting or old.fd is None:
+                continue
+            self._io.close(old.fd)
+            old.fd = None
+
+    def _close_fd(self, seg: Segment) -> None:
+        self._fd_lru.pop(seg, None)
+        if seg.fd is not None:
+            with contextlib.suppress(OSError):
+                self._io.close(seg.fd)
+            seg.fd = None
+
+    # ---- maintenance hooks (used by ``Maintenance``) --------------------------------------
+    async def compact(self) -> None:
+        """Run retention and compaction now and wait for them (also runs in the background
+        when ``auto_compact``)."""
+        await self.flush()
+        await self._maint.indexes_written()
+        await self._maint.run_now()
+
+    def _delete_segments_job(self, bases: list[int]) -> Any:
+        return lambda: delete_segments(self._io, self.path, bases)
+
+    def _rewrite_job(self, seg: Segment, live: array[int], older: list[tuple[int, int]]) -> Any:
+        return lambda: rewrite_segment(self._io, self.path, seg.base, live, older, self._compressed)
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._refuse = True
+        if self._failed is None:
+            self._stopping = True
+            self._kick()
+            with contextlib.suppress(Exception):
+                await self._flusher
+            await self._maint.indexes_written()
+            await self._maint.stop()
+            if self._failed is None and self._unsynced and self._wseg.fd is not None:
+                try:  # interval mode: what was written since the last sync becomes durable now
+                    await asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._wseg.fd)
+                except OSError as exc:
+                    self._fail(exc)
+            if self._failed is None:
+                try:
+                    build = idx_snapshot(self, self._seg)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._exec, lambda: write_idx_file(self._seg, self._io, build())
+                    )
+                except OSError as exc:
+                    log.warning("could not write index of %s: %s", self._seg.path, exc)
+        else:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            await self._maint.indexes_written()
+            await self._maint.stop()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._exec.shutdown(wait=True)
+        for seg in self._segs:
+            self._close_fd(seg)
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+    async def destroy(self) -> None:
+        await self.close()
+        await asyncio.to_thread(shutil.rmtree, self.path, True)
+
+    async def _abandon(self) -> None:
+        """Test hook: drop everything as a crash would (no flush, no index files)."""
+        self._closed = True
+        self._refuse = True
+        self._flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._flusher
+        await self._maint.cancel_indexes()
+        await self._maint.stop()
+        self._shutdown()

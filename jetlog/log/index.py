@@ -1,0 +1,528 @@
+"""The in-memory message index shared by the file store and the memory store.
+
+Per message (in ``Block``s of parallel ``array`` columns, never a Python object per message):
+sequence, timestamp, subject id, accounted size, location (``pos``/``aux``, meaningful to the
+file store only), liveness (a ``bytearray`` of 0/1 so counts and searches run in C).
+
+A block holds at most ``BLOCK_MAX`` entries, in increasing sequence order, all from one file
+segment. Entries are *records that exist* (skipped sequences have no entry); dead entries stay
+until the block is pruned (``Index.prune``), which the file store only allows once a segment's
+index file is written (until then the entries describe the file content).
+
+Per subject (``Subjects``): a sorted ``array('Q')`` of live sequences with a head offset, so
+first/last/count are O(1), removals at the front are O(1) amortised, and "first ≥ n" /
+"last ≤ n" are bisections. Wildcard filters resolve to a set of subject ids, cached and kept up
+to date incrementally through a ``Sublist`` of the cached filters.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from itertools import compress
+from typing import Any
+
+from jetlog.log.subject_index import Subjects
+
+BLOCK_MAX = 8192
+
+
+class Block:
+    """Parallel columns for up to ``BLOCK_MAX`` consecutive entries of one segment."""
+
+    __slots__ = (
+        "aux",
+        "keep_dead",
+        "live",
+        "live_bytes",
+        "nlive",
+        "payload",
+        "pos",
+        "seg",
+        "seqs",
+        "sid",
+        "size",
+        "ts",
+    )
+
+    def __init__(self, seg: Any = None, keep_dead: bool = False, payload: bool = False) -> None:
+        self.seqs = array("Q")
+        self.ts = array("q")
+        self.sid = array("I")
+        self.size = array("I")
+        self.pos = array("I")
+        self.aux = array("I")
+        self.live = bytearray()
+        self.nlive = 0
+        self.live_bytes = 0
+        self.seg = seg
+        self.keep_dead = keep_dead
+        # Memory store only: (hdr, data) per entry, None once dead.
+        self.payload: list[tuple[bytes, bytes] | None] | None = [] if payload else None
+
+    def find(self, seq: int) -> int:
+        """Entry index of ``seq`` or -1."""
+        seqs = self.seqs
+        i = seq - seqs[0]
+        if 0 <= i < len(seqs) and seqs[i] == seq:
+            return i
+        i = bisect_left(seqs, seq)
+        if i < len(seqs) and seqs[i] == seq:
+            return i
+        return -1
+
+    def compact(self) -> None:
+        """Drop dead entries (C-speed filtering)."""
+        live = self.live
+        self.seqs = array("Q", compress(self.seqs, live))
+        self.ts = array("q", compress(self.ts, live))
+        self.sid = array("I", compress(self.sid, live))
+        self.size = array("I", compress(self.size, live))
+        self.pos = array("I", compress(self.pos, live))
+        self.aux = array("I", compress(self.aux, live))
+        if self.payload is not None:
+            self.payload = list(compress(self.payload, live))
+        self.live = bytearray(b"\x01") * len(self.seqs)
+
+
+class Index:
+    """Sequences, per-message columns, per-subject state and stream counters."""
+
+    def __init__(self, first_seq: int = 1, *, payload: bool = False) -> None:
+        self.subjects = Subjects()
+        self.blocks: list[Block] = []
+        self.firsts: list[int] = []  # first seq of each block (for bisection)
+        self.msgs = 0
+        self.bytes = 0
+        self.last_seq = max(first_seq, 1) - 1
+        self.last_ts = 0
+        self.first = self.last_seq + 1  # first live seq, or last_seq + 1 when empty
+        self.ttl: dict[int, int] = {}
+        self.payload = payload
+        self._dirty: set[int] = set()  # id()s of blocks that may be worth pruning
+        self._dirty_blocks: list[Block] = []
+
+    # ---- adding -----------------------------------------------------------------------------
+    def new_block(self, seg: Any = None, keep_dead: bool = False) -> Block:
+        blk = Block(seg, keep_dead, self.payload)
+        self.blocks.append(blk)
+        self.firsts.append(-1)  # set by the first add
+        return blk
+
+    def add(
+        self,
+        seq: int,
+        ts: int,
+        sid: int,
+        size: int,
+        pos: int,
+        aux: int,
+        seg: Any = None,
+        keep_dead: bool = False,
+    ) -> Block:
+        """Append a live entry (``seq`` above every existing entry) and return its block."""
+        blks = self.blocks
+        blk = blks[-1] if blks else None
+        if blk is None or blk.seg is not seg or len(blk.seqs) >= BLOCK_MAX:
+            blk = self.new_block(seg, keep_dead)
+        if not blk.seqs:
+            self.firsts[-1] = seq
+        blk.seqs.append(seq)
+        blk.ts.append(ts)
+        blk.sid.append(sid)
+        blk.size.append(size)
+        blk.pos.append(pos)
+        blk.aux.append(aux)
+        blk.live.append(1)
+        blk.nlive += 1
+        blk.live_bytes += size
+        self.subjects.add(sid, seq)
+        if not self.msgs:
+            self.first = seq
+        self.msgs += 1
+        self.bytes += size
+        if seg is not None:
+            seg.nlive += 1
+        return blk
+
+    # ---- lookup -----------------------------------------------------------------------------
+    def locate(self, seq: int) -> tuple[Block | None, int]:
+        """``(block, entry index)`` of the entry for ``seq`` (dead or alive), or ``(None, -1)``."""
+        k = bisect_right(self.firsts, seq) - 1
+        if k < 0:
+            return None, -1
+        blk = self.blocks[k]
+        i = blk.find(seq)
+        return (blk, i) if i >= 0 else (None, -1)
+
+    def live_entry(self, seq: int) -> tuple[Block | None, int]:
+        """Like ``locate`` but only for a live message."""
+        if seq < self.first or seq > self.last_seq:
+            return None, -1
+        blk, i = self.locate(seq)
+        if blk is None or not blk.live[i]:
+            return None, -1
+        return blk, i
+
+    def next_live(self, seq: int) -> int:
+        """First live sequence ≥ ``seq`` (0 if none)."""
+        if not self.msgs or seq > self.last_seq:
+            return 0
+        if seq <= self.first:
+            return self.first
+        firsts = self.firsts
+        k = max(bisect_right(firsts, seq) - 1, 0)
+        blocks = self.blocks
+        blk = blocks[k]
+        j = blk.live.find(1, bisect_left(blk.seqs, seq))
+        if j >= 0:
+            return blk.seqs[j]
+        for blk in blocks[k + 1 :]:
+            if blk.nlive:
+                return blk.seqs[blk.live.find(1)]
+        return 0
+
+    def prev_live(self, seq: int) -> int:
+        """Last live sequence ≤ ``seq`` (0 if none)."""
+        if not self.msgs or seq < self.first:
+            return 0
+        k = bisect_right(self.firsts, seq) - 1
+        blocks = self.blocks
+        if k < 0:
+            return 0
+        blk = blocks[k]
+        j = blk.live.rfind(1, 0, bisect_right(blk.seqs, seq))
+        if j >= 0:
+            return blk.seqs[j]
+        for blk in reversed(blocks[:k]):
+            if blk.nlive:
+                return blk.seqs[blk.live.rfind(1)]
+        return 0
+
+    def count_live_from(self, start: int) -> int:
+        """Live messages with sequence ≥ ``start``."""
+        if start <= self.first:
+            return self.msgs
+        if start > self.last_seq:
+            return 0
+        k = max(bisect_right(self.firsts, start) - 1, 0)
+        blocks = self.blocks
+        blk = blocks[k]
+        n = blk.live.count(1, bisect_left(blk.seqs, start))
+        for blk in blocks[k + 1 :]:
+            n += blk.nlive
+        return n
+
+    def iter_live_from(self, start: int, reverse: bool = False) -> Iterator[tuple[int, int]]:
+        """``(seq, sid)`` of live entries from ``start`` forwards (or backwards from ``start``
+        when ``reverse``). Mutating the index while iterating is not allowed."""
+        blocks = self.blocks
+        if not blocks:
+            return
+        if reverse:
+            k = bisect_right(self.firsts, start) - 1
+            if k < 0:
+                return
+            for kk in range(k, -1, -1):
+                blk = blocks[kk]
+                if not blk.nlive:
+                    continue
+                hi = bisect_right(blk.seqs, start) if kk == k else len(blk.seqs)
+                live, seqs, sids = blk.live, blk.seqs, blk.sid
+                j = live.rfind(1, 0, hi)
+                while j >= 0:
+                    yield seqs[j], sids[j]
+                    j = live.rfind(1, 0, j)
+        else:
+            k = max(bisect_right(self.firsts, start) - 1, 0)
+            for kk in range(k, len(blocks)):
+                blk = blocks[kk]
+                if not blk.nlive:
+                    continue
+                lo = bisect_left(blk.seqs, start) if kk == k else 0
+                yield from zip(
+                    compress(blk.seqs[lo:], blk.live[lo:]), compress(blk.sid[lo:], blk.live[lo:]), strict=True
+                )
+
+    # ---- removal ----------------------------------------------------------------------------
+    def kill(self, blk: Block, i: int) -> int:
+        """Mark the live entry ``(blk, i)`` dead; update every counter. Returns its seq."""
+        seq = blk.seqs[i]
+        size = blk.size[i]
+        blk.live[i] = 0
+        blk.nlive -= 1
+        blk.live_bytes -= size
+        if blk.payload is not None:
+            blk.payload[i] = None
+        if blk.seg is not None:
+            blk.seg.nlive -= 1
+        self.subjects.remove(blk.sid[i], seq)
+        self.msgs -= 1
+        self.bytes -= size
+        if self.ttl:
+            self.ttl.pop(seq, None)
+        self._mark_dirty(blk)
+        if seq == self.first:
+            self.first = (self.next_live(seq + 1) or self.last_seq + 1) if self.msgs else self.last_seq + 1
+        return seq
+
+    def remove(self, seq: int) -> Block | None:
+        """Remove a live message; its block, or None if it was not live."""
+        blk, i = self.live_entry(seq)
+        if blk is None:
+            return None
+        self.kill(blk, i)
+        return blk
+
+    def remove_before(self, cutoff: int) -> int:
+        """Remove every live message with sequence < ``cutoff``; return how many."""
+        if not self.msgs or cutoff <= self.first:
+            return 0
+        if cutoff > self.last_seq:
+            return self.remove_all()
+        removed = 0
+        subjects = self.subjects
+        per_subject = self.count_live_from(self.first) - self.count_live_from(cutoff) > subjects.live
+        for blk in self.blocks:
+            if not blk.seqs or blk.seqs[0] >= cutoff:
+                break
+            if not blk.nlive:
+                continue
+            j = bisect_left(blk.seqs, cutoff)
+            live = blk.live
+            n = live.count(1, 0, j)
+            if not n:
+                continue
+            mask = live[:j]
+            gone = sum(compress(blk.size[:j], mask))
+            if not per_subject:
+                for seq, sid in zip(compress(blk.seqs[:j], mask), compress(blk.sid[:j], mask), strict=True):
+                    subjects.remove(sid, seq)
+            live[:j] = bytes(j)
+            if blk.payload is not None:
+                blk.payload[:j] = [None] * j
+            blk.nlive -= n
+            blk.live_bytes -= gone
+            if blk.seg is not None:
+                blk.seg.nlive -= n
+            self.msgs -= n
+            self.bytes -= gone
+            removed += n
+            self._mark_dirty(blk)
+        if per_subject:
+            subjects.drop_before(cutoff)
+        if self.ttl:
+            for s in [s for s in self.ttl if s < cutoff]:
+                del self.ttl[s]
+        self.first = (self.next_live(cutoff) or self.last_seq + 1) if self.msgs else self.last_seq + 1
+        return removed
+
+    def remove_all(self) -> int:
+        """Remove every live message; return how many."""
+        removed = self.msgs
+        for blk in self.blocks:
+            if blk.nlive:
+                if blk.seg is not None:
+                    blk.seg.nlive -= blk.nlive
+                blk.live[:] = bytes(len(blk.live))
+                if blk.payload is not None:
+                    blk.payload[:] = [None] * len(blk.payload)
+                blk.nlive = 0
+                blk.live_bytes = 0
+                self._mark_dirty(blk)
+        self.subjects.clear_counts()
+        self.ttl.clear()
+        self.msgs = 0
+        self.bytes = 0
+        self.first = self.last_seq + 1
+        return removed
+
+    def skip(self, count: int, ts: int) -> int:
+        """Consume ``count`` sequences without entries; return the new last sequence."""
+        self.last_seq += count
+        self.last_ts = ts
+        if not self.msgs:
+            self.first = self.last_seq + 1
+        return self.last_seq
+
+    # ---- pruning ----------------------------------------------------------------------------
+    def _mark_dirty(self, blk: Block) -> None:
+        key = id(blk)
+        if key not in self._dirty:
+            self._dirty.add(key)
+            self._dirty_blocks.append(blk)
+
+    def prune(self) -> None:
+        """Compact blocks whose dead entries are a majority, drop empty ones (never blocks
+        marked ``keep_dead``). Called at the end of a mutation, never mid-iteration."""
+        if not self._dirty_blocks:
+            return
+        todo = self._dirty_blocks
+        self._dirty_blocks = []
+        self._dirty.clear()
+        drop = False
+        for blk in todo:
+            if blk.keep_dead:
+                continue
+            n = len(blk.seqs)
+            if blk.nlive == 0:
+                drop = True
+            elif n >= 64 and blk.nlive * 2 < n:
+                blk.compact()
+                drop = True  # firsts may have changed
+        if drop:
+            self.rebuild_block_list()
+
+    def release(self, blk: Block) -> None:
+        """Allow pruning ``blk`` (its segment's index file is written) and prune it if worth it."""
+        blk.keep_dead = False
+        self._mark_dirty(blk)
+
+    def rebuild_block_list(self) -> None:
+        """Drop blocks with nothing live (unless they must keep dead entries); refresh
+        ``firsts``."""
+        self.blocks = [b for b in self.blocks if b.seqs and (b.nlive or b.keep_dead)]
+        self.firsts = [b.seqs[0] for b in self.blocks]
+
+    # ---- queries ----------------------------------------------------------------------------
+    def seq_for_time(self, ts: int) -> int:
+        """First live sequence with timestamp ≥ ``ts`` (``last_seq + 1`` if none)."""
+        if not self.msgs:
+            return self.last_seq + 1
+        for blk in self.blocks:
+            if not blk.nlive or blk.ts[-1] < ts:
+                continue
+            i = bisect_left(blk.ts, ts)
+            j = blk.live.find(1, i)
+            s = blk.seqs[j] if j >= 0 else self.next_live(blk.seqs[-1] + 1)
+            return s or self.last_seq + 1
+        return self.last_seq + 1
+
+    def deleted_seqs(self) -> list[int]:
+        """Dead sequences in ``[first, last_seq]`` (interior gaps and the trailing run)."""
+        if not self.msgs:
+            return []
+        out: list[int] = []
+        prev = self.first - 1
+        for blk in self.blocks:
+            if not blk.nlive:
+                continue
+            for s in compress(blk.seqs, blk.live):
+                if s != prev + 1:
+                    out.extend(range(prev + 1, s))
+                prev = s
+        out.extend(range(prev + 1, self.last_seq + 1))
+        return out
+
+    # ---- bulk construction (recovery, compaction) ---------------------------------------
+    def make_blocks(
+        self,
+        seg: Any,
+        seqs: array[int],
+        ts: array[int],
+        sid: array[int],
+        size: array[int],
+        pos: array[int],
+        aux: array[int],
+        live: bytearray,
+        keep_dead: bool,
+    ) -> list[Block]:
+        """Blocks for a segment's columns (dead entries dropped unless ``keep_dead``). Does not
+        touch any counter."""
+        if not keep_dead and live.count(0):
+            seqs = array("Q", compress(seqs, live))
+            ts = array("q", compress(ts, live))
+            sid = array("I", compress(sid, live))
+            size = array("I", compress(size, live))
+            pos = array("I", compress(pos, live))
+            aux = array("I", compress(aux, live))
+            live = bytearray(b"\x01") * len(seqs)
+        out: list[Block] = []
+        for c in range(0, len(seqs), BLOCK_MAX):
+            e = c + BLOCK_MAX
+            blk = Block(seg, keep_dead, self.payload)
+            blk.seqs, blk.ts, blk.sid = seqs[c:e], ts[c:e], sid[c:e]
+            blk.size, blk.pos, blk.aux = size[c:e], pos[c:e], aux[c:e]
+            blk.live = live[c:e]
+            blk.nlive = blk.live.count(1)
+            blk.live_bytes = sum(compress(blk.size, blk.live))
+            out.append(blk)
+        return out
+
+    def bulk_load(
+        self,
+        seg: Any,
+        seqs: array[int],
+        ts: array[int],
+        sid: array[int],
+        size: array[int],
+        pos: array[int],
+        aux: array[int],
+        live: bytearray,
+        keep_dead: bool,
+    ) -> None:
+        """Append a segment's columns (sequences above every existing entry) with liveness."""
+        subjects = self.subjects
+        for blk in self.make_blocks(seg, seqs, ts, sid, size, pos, aux, live, keep_dead):
+            self.blocks.append(blk)
+            self.firsts.append(blk.seqs[0])
+            if blk.nlive:
+                for s, i in zip(compress(blk.seqs, blk.live), compress(blk.sid, blk.live), strict=True):
+                    subjects.add(i, s)
+                if not self.msgs:
+                    self.first = blk.seqs[blk.live.find(1)]
+                self.msgs += blk.nlive
+                self.bytes += blk.live_bytes
+                if seg is not None:
+                    seg.nlive += blk.nlive
+
+    def replace_blocks(self, seg: Any, blocks: list[Block]) -> None:
+        """Swap the blocks of ``seg`` for ``blocks`` (same live messages, new locations)."""
+        keep = [b for b in self.blocks if b.seg is not seg]
+        keep.extend(b for b in blocks if b.seqs)
+        keep.sort(key=lambda b: b.seqs[0])
+        self.blocks = keep
+        self.firsts = [b.seqs[0] for b in keep]
+
+    def drop_segments(self, segs: set[Any]) -> None:
+        """Forget the blocks of deleted segments (nothing in them is live)."""
+        self.blocks = [b for b in self.blocks if b.seg not in segs]
+        self.firsts = [b.seqs[0] for b in self.blocks]
+
+    def set_pos(self, first: int, last: int, pos: int) -> None:
+        """Set ``pos`` of every entry with sequence in ``[first, last]`` (compressed batches get
+        their file offset only once written)."""
+        k = max(bisect_right(self.firsts, first) - 1, 0)
+        for blk in self.blocks[k:]:
+            seqs = blk.seqs
+            if seqs[0] > last:
+                break
+            i = bisect_left(seqs, first)
+            j = bisect_right(seqs, last)
+            if j > i:
+                blk.pos[i:j] = array("I", [pos]) * (j - i)
+
+    def segment_columns(self, seg: Any) -> tuple[array[int], ...]:
+        """Concatenated (seqs, ts, sid, size, pos, aux) of every entry of ``seg``."""
+        cols: tuple[array[int], ...] = (
+            array("Q"),
+            array("q"),
+            array("I"),
+            array("I"),
+            array("I"),
+            array("I"),
+        )
+        for b in self.blocks:
+            if b.seg is seg:
+                for dst, src in zip(cols, (b.seqs, b.ts, b.sid, b.size, b.pos, b.aux), strict=True):
+                    dst.extend(src)
+        return cols
+
+    def segment_live_seqs(self, seg: Any) -> array[int]:
+        """Live sequences of ``seg``, ascending."""
+        out = array("Q")
+        for b in self.blocks:
+            if b.seg is seg and b.nlive:
+                out.extend(compress(b.seqs, b.live))
+        return out

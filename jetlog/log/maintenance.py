@@ -1,0 +1,284 @@
+"""Background retention and compaction of a ``FileStore`` (loop side; the file work runs in the
+maintenance thread, see ``compaction.py`` for the rules and the op invariant).
+
+Retention: delete the longest prefix of sealed segments that hold no live message (never the
+last segment). Compaction: rewrite the sealed segment with the highest dead fraction above the
+threshold (or holding an erased message), one at a time. Both first flush the store so every
+removal they rely on is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from array import array
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from jetlog.errors import StorageError
+from jetlog.log.recovery import write_idx_file
+from jetlog.log.segment import encode_idx
+
+if TYPE_CHECKING:
+    from jetlog.log.compaction import Rewritten
+    from jetlog.log.filestore import FileStore
+    from jetlog.log.segment import Segment
+
+log = logging.getLogger("jetlog.log.maintenance")
+
+
+class Maintenance:
+    """Owns the maintenance task and thread of one file store."""
+
+    def __init__(self, store: FileStore, auto: bool, threshold: float) -> None:
+        self._store = store
+        self._threshold = threshold
+        self._event = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-maint")
+        self._task: asyncio.Task[None] | None = None
+        if auto:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"jetlog-maint:{store.path}"
+            )
+        self.passes = 0
+        self.rewritten = 0
+        self.deleted = 0
+        self._cond = asyncio.Condition()
+        self._idx_tasks: set[asyncio.Task[None]] = set()
+        self._indexed = asyncio.Event()  # set while no sealed segment waits for its index file
+        self._indexed.set()
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The maintenance thread (index files, deletions, rewrites)."""
+        return self._exec
+
+    def poke(self) -> None:
+        """Something changed that may make retention or compaction worthwhile."""
+        if self._task is not None:
+            self._event.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._event.wait()
+            self._event.clear()
+            try:
+                async with self._lock:
+                    await self._pass()
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:
+                log.warning("maintenance of %s stopped: %s", self._store.path, exc)
+            except Exception:
+                log.exception("maintenance of %s failed", self._store.path)
+            async with self._cond:
+                self._cond.notify_all()
+
+    async def wait_until(self, predicate: Callable[[Maintenance], bool]) -> None:
+        """Wait until ``predicate(self)`` holds after some background pass (tests, tools)."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: predicate(self))
+
+    async def run_now(self) -> None:
+        async with self._lock:
+            await self._pass()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        # A rewrite already running in the thread finishes (its result is dropped; the files
+        # it leaves are consistent on their own).
+        await asyncio.to_thread(self._exec.shutdown, True)
+
+    async def _pass(self) -> None:
+        st = self._store
+        if st.failed is not None or st._closed:
+            return
+        self.passes += 1
+        await self._retention()
+        for _ in range(len(st._segs)):
+            seg = self._pick()
+            if seg is None:
+                break
+            await self._compact(seg)
+
+    async def _retention(self) -> None:
+        st = self._store
+        victims: list[Segment] = []
+        for seg in st._segs[:-1]:
+            if seg.nlive or not seg.sealed or seg.compacting or seg is st._wseg:
+                break
+            victims.append(seg)
+        if not victims:
+            return
+        await st.flush()  # the removals that emptied them are durable before the files go
+        await asyncio.get_running_loop().run_in_executor(
+            self._exec, st._delete_segments_job([s.base for s in victims])
+        )
+        gone = set(victims)
+        st._segs = [s for s in st._segs if s not in gone]
+        for s in victims:
+            st._close_fd(s)
+        st._ix.drop_segments(gone)
+        self.deleted += len(victims)
+        log.debug("retention deleted %d segments of %s", len(victims), st.path)
+
+    def _pick(self) -> Segment | None:
+        st = self._store
+        best: Segment | None = None
+        best_f = self._threshold
+        for seg in st._segs[:-1]:
+            if not (seg.sealed and seg.idx_ok) or seg.compacting or seg.broken or seg is st._wseg:
+                continue
+            if not seg.nrecords:
+                continue
+            dead = seg.nrecords - seg.nlive
+            f = dead / seg.nrecords
+            if seg.erase and dead:
+                f = 2.0
+            if f > best_f:
+                best, best_f = seg, f
+        return best
+
+    async def _compact(self, seg: Segment) -> None:
+        st = self._store
+        seg.compacting = True
+        try:
+            live = st._ix.segment_live_seqs(seg)
+            older = [
+                (t.min_seq, t.max_seq)
+                for t in st._segs
+                if t.base < seg.base and t.nrecords and t.nrecords > t.nlive
+            ]
+            seg.erase = False
+            await st.flush()  # every removal reflected in ``live`` is durable before the rewrite
+            res = await asyncio.get_running_loop().run_in_executor(
+                self._exec, st._rewrite_job(seg, live, older)
+            )
+        except (OSError, StorageError) as exc:
+            if st.failed is None:
+                log.error("cannot compact %s, leaving it as is: %s", seg.path, exc)
+                seg.broken = True
+            return
+        finally:
+            seg.compacting = False
+        if seg not in st._segs or st._closed:
+            st._io.close(res.fd)
+            return
+        self._swap(seg, res)
+        self.rewritten += 1
+
+    def _swap(self, seg: Segment, res: Rewritten) -> None:
+        """Point the index at the rewritten file (one loop step: reads before it used the old
+        file through the old fd, reads after it use the new one)."""
+        st = self._store
+        ix = st._ix
+        d = res.data
+        gsid = {k: ix.subjects.intern(n) for k, n in d.subjects.items()}
+        sid = array("I", [gsid[x] for x in d.lsid])
+        cur = ix.segment_live_seqs(seg)
+        if len(cur) == len(d.seqs):
+            live = bytearray(b"\x01") * len(d.seqs)
+        else:
+            alive = set(cur)
+            live = bytearray(1 if s in alive else 0 for s in d.seqs)
+        blocks = ix.make_blocks(seg, d.seqs, d.ts, sid, d.size, d.pos, d.aux, live, False)
+        ix.replace_blocks(seg, blocks)
+        st._close_fd(seg)
+        seg.fd = res.fd
+        st._fd_lru[seg] = None
+        seg.size = res.size
+        seg.nrecords = len(d.seqs)
+        seg.nlive = sum(b.nlive for b in blocks)
+        seg.min_seq = d.seqs[0] if d.seqs else 0
+        seg.max_seq = d.seqs[-1] if d.seqs else 0
+        seg.gen += 1
+
+    # ---- index files of sealed segments ------------------------------------------------------
+    def schedule_index(self, seg: Segment) -> None:
+        """Write a sealed segment's index file in the maintenance thread (off the commit path)."""
+        self._indexed.clear()
+        task = asyncio.get_running_loop().create_task(self._write_index(seg))
+        self._idx_tasks.add(task)
+        task.add_done_callback(self._index_done)
+
+    def _index_done(self, task: asyncio.Task[None]) -> None:
+        self._idx_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("index writer of %s failed: %r", self._store.path, task.exception())
+        if not self._idx_tasks:
+            self._indexed.set()
+
+    async def indexes_written(self) -> None:
+        """Wait until every scheduled index file is written (or failed)."""
+        if self._idx_tasks:
+            await asyncio.gather(*self._idx_tasks, return_exceptions=True)
+        await self._indexed.wait()
+
+    async def cancel_indexes(self) -> None:
+        for t in list(self._idx_tasks):
+            t.cancel()
+        await asyncio.gather(*self._idx_tasks, return_exceptions=True)
+
+    async def _write_index(self, seg: Segment) -> None:
+        st = self._store
+        if seg not in st._segs:
+            return  # deleted by retention meanwhile
+        build = idx_snapshot(st, seg)
+
+        def work() -> None:
+            write_idx_file(seg, st._io, build())
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._exec, work)
+        except OSError as exc:
+            log.warning("could not write index of %s (it will be rebuilt on open): %s", seg.path, exc)
+            return
+        seg.idx_ok = True
+        seg.ops = array("Q")
+        seg.batches = array("Q")
+        seg.ttl = {}
+        for blk in st._ix.blocks:
+            if blk.seg is seg:
+                st._ix.release(blk)
+        st._ix.prune()
+        self.poke()
+
+
+def idx_snapshot(store: FileStore, seg: Segment) -> Callable[[], bytes]:
+    """Copy (on the loop) what ``seg``'s index file lists; the returned function encodes it in
+    a thread. Subject ids are written as the file's subject keys (no per-record work)."""
+    seqs, ts, sid, size, pos, aux = store._ix.segment_columns(seg)
+    names = store._ix.subjects.names
+    ttl = dict(seg.ttl)
+    ops = array("Q", seg.ops)
+    batches = array("Q", seg.batches)
+    covered, last_seq, last_ts, epoch, base = seg.size, seg.last_seq, seg.last_ts, store.epoch, seg.base
+
+    def build() -> bytes:
+        subjects = {s: names[s] for s in set(sid)}
+        return encode_idx(
+            base,
+            covered,
+            seqs,
+            ts,
+            pos,
+            aux,
+            size,
+            sid,
+            subjects,
+            ttl,
+            ops,
+            batches,
+            last_seq,
+            last_ts,
+            epoch,
+        )
+
+    return build

@@ -1,0 +1,444 @@
+"""One segment file and its index file: the I/O seam, per-segment metadata, the ``.idx`` format,
+and turning segment bytes into index columns.
+
+Files of a store directory::
+
+    %020d.log   a segment: consecutive record batches (``jetlog.wire.records``); the name is
+                the segment's base sequence (the first sequence it could hold: the stream's
+                ``last_seq + 1`` when it was created)
+    %020d.idx   the segment's index, written when the segment is sealed or the store closed
+    LOCK        flock'ed by the process that has the store open
+    quarantine/ corrupt segment files moved aside by recovery
+
+Index file (little-endian; trusted only if its CRC is valid, its base matches, the segment is
+at least ``covered`` bytes long, and every listed batch position holds a valid batch)::
+
+    header (``IDX``): magic b"JLX\\x01" | crc u32 (CRC32C of every byte after this field) |
+        version u16 | flags u16 | base u64 | covered u64 (segment bytes described) |
+        n_records u32 | n_ops u32 | n_batches u32 | n_subjects u32 | n_ttl u32 |
+        last_seq u64 | last_ts i64 | epoch u64
+    columns: seqs Q[n] | ts q[n] | pos I[n] | aux I[n] | size I[n] | subject index I[n] |
+        ttl entry index I[n_ttl] | ttl expiry q[n_ttl] | ops Q[2*n_ops] | batch offsets Q[n_batches] |
+        subject keys I[n_subjects] | subject lengths I[n_subjects] | subject bytes
+
+Subject indexes are arbitrary u32 keys into the file's subject table (a writer may use its own
+subject ids, which keeps writing an index free of per-record Python work).
+
+The index describes the file content (every record, dead or alive, and every op), never
+in-memory liveness: loading an index and replaying ops gives exactly what a full scan gives.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from typing import Any, Protocol
+
+from crc32c import crc32c
+
+from jetlog.wire import records as rc
+
+IDX = struct.Struct("<4sIHHQQIIIIIQqQ")
+IDX_MAGIC = b"JLX\x01"
+IDX_VERSION = 1
+COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
+AUX_MASK = 0x7FFFFFFF
+_LITTLE = sys.byteorder == "little"
+
+
+def seg_name(base: int) -> str:
+    return f"{base:020d}.log"
+
+
+def idx_name(base: int) -> str:
+    return f"{base:020d}.idx"
+
+
+def file_msg_size(subject_len: int, hdr_len: int, data_len: int) -> int:
+    """nats-server's file-store accounting for one message."""
+    return 22 + subject_len + data_len + 8 + (4 + hdr_len if hdr_len else 0)
+
+
+class SegmentIO(Protocol):
+    """The file operations a store performs. Tests substitute implementations that fail."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
+
+    def write(self, fd: int, bufs: list[bytes]) -> None:
+        """Write every buffer (in order) at the end of the file, or raise ``OSError``."""
+        ...
+
+    def sync(self, fd: int) -> None:
+        """Make written data durable (fdatasync)."""
+        ...
+
+    def sync_dir(self, path: str) -> None:
+        """Make directory entries (creates, renames, unlinks) durable."""
+        ...
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes: ...
+
+    def truncate(self, fd: int, length: int) -> None: ...
+
+    def close(self, fd: int) -> None: ...
+
+
+class OsIO:
+    """``SegmentIO`` on the real file system."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
+
+    def write(self, fd: int, bufs: list[bytes]) -> None:
+        # writev in chunks (IOV_MAX is 1024 on Linux); a short write is retried from where it
+        # stopped, an error propagates (and fails the store).
+        i = 0
+        while i < len(bufs):
+            chunk = bufs[i : i + 512]
+            want = sum(len(b) for b in chunk)
+            done = os.writev(fd, chunk)
+            if done != want:
+                rest = b"".join(chunk)[done:]
+                while rest:
+                    n = os.write(fd, rest)
+                    rest = rest[n:]
+            i += 512
+
+    def sync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes:
+        return os.pread(fd, n, offset)
+
+    def truncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+
+def read_file(io: SegmentIO, path: str) -> bytes:
+    """The whole content of ``path``."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        parts = []
+        off = 0
+        while off < size:
+            b = io.pread(fd, min(size - off, 1 << 26), off)
+            if not b:
+                break
+            parts.append(b)
+            off += len(b)
+        return b"".join(parts)
+    finally:
+        io.close(fd)
+
+
+class Segment:
+    """Metadata of one segment (owned by the loop; worker threads get copies of what they need).
+
+    ``nrecords``/``nlive``: records physically in the file / still live. ``min_seq``/``max_seq``:
+    sequence range of its records (0 when it has none). Until the segment's index file is
+    written (``idx_ok``), ``ops``/``batches``/``ttl`` accumulate what the index will list.
+    """
+
+    __slots__ = (
+        "base",
+        "batches",
+        "broken",
+        "compacting",
+        "dir",
+        "erase",
+        "fd",
+        "gen",
+        "idx_ok",
+        "last_seq",
+        "last_ts",
+        "max_seq",
+        "min_seq",
+        "nlive",
+        "nrecords",
+        "ops",
+        "sealed",
+        "size",
+        "ttl",
+    )
+
+    def __init__(self, directory: str, base: int) -> None:
+        self.dir = directory
+        self.base = base
+        self.fd: int | None = None
+        self.size = 0  # bytes written to the file
+        self.nrecords = 0
+        self.nlive = 0
+        self.min_seq = 0
+        self.max_seq = 0
+        self.last_seq = base - 1
+        self.last_ts = 0
+        self.sealed = False
+        self.idx_ok = False
+        self.compacting = False
+        self.broken = False
+        self.erase = False
+        self.gen = 0
+        self.ops = array("Q")
+        self.batches = array("Q")
+        self.ttl: dict[int, int] = {}
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.dir, seg_name(self.base))
+
+    @property
+    def idx_path(self) -> str:
+        return os.path.join(self.dir, idx_name(self.base))
+
+    def __repr__(self) -> str:
+        return f"Segment({self.base}, size={self.size}, records={self.nrecords}, live={self.nlive})"
+
+
+class SegmentData:
+    """Columns describing a segment's content (from an index file or a scan)."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.seqs = array("Q")
+        self.ts = array("q")
+        self.pos = array("I")
+        self.aux = array("I")
+        self.size = array("I")
+        self.lsid = array("I")  # key into ``subjects``
+        self.subjects: dict[int, str] = {}
+        self._subj_ix: dict[str, int] = {}
+        self._next_key = 0
+        self.ttl: dict[int, int] = {}  # seq -> expiry
+        self.ops = array("Q")  # flat (first, last) pairs
+        self.batches = array("Q")
+        self.covered = 0
+        self.last_seq = base - 1
+        self.last_ts = 0
+        self.epoch = 0
+        self.has_batches = False
+
+    def subject_index(self, subject: str) -> int:
+        """The key of ``subject`` in ``subjects`` (a fresh key if new)."""
+        i = self._subj_ix.get(subject)
+        if i is None:
+            i = self._subj_ix[subject] = self._next_key
+            self._next_key += 1
+            self.subjects[i] = subject
+        return i
+
+    def add_batches(
+        self, buf: bytes | memoryview, batches: list[tuple[int, rc.BatchHeader]], dctx: Any
+    ) -> None:
+        """Index the given (already CRC-checked) batches of ``buf``. Raises ``BatchError`` if a
+        batch's content is inconsistent (which a CRC-valid batch written by us never is)."""
+        for off, h in batches:
+            body = rc.raw_body(h, rc.check_body(buf, off, h), dctx, off)
+            compressed = h.compressed
+            for m in rc.iter_record_meta(body, h, off):
+                if self.seqs and m.seq <= self.seqs[-1]:
+                    raise rc.BatchError(off, f"record sequence {m.seq} not increasing", torn=False)
+                self.seqs.append(m.seq)
+                self.ts.append(m.ts)
+                if compressed:
+                    self.pos.append(off)
+                    self.aux.append(COMPRESSED | m.off)
+                else:
+                    self.pos.append(off + rc.HEADER_SIZE + m.off)
+                    self.aux.append(m.length)
+                self.size.append(file_msg_size(len(m.subject), m.hdr_len, m.data_len))
+                try:
+                    subject = m.subject.decode()
+                except UnicodeDecodeError as exc:
+                    raise rc.BatchError(off, "subject is not utf-8", torn=False) from exc
+                self.lsid.append(self.subject_index(subject))
+                if m.ttl:
+                    self.ttl[m.seq] = m.ttl
+            for a, b in rc.decode_ops(body, h):
+                self.ops.append(a)
+                self.ops.append(b)
+            self.batches.append(off)
+            self.last_seq = max(self.last_seq, h.last_seq)
+            self.last_ts = h.last_ts
+            self.epoch = max(self.epoch, h.epoch)
+            self.covered = off + h.size
+            self.has_batches = True
+
+
+# ---- index files --------------------------------------------------------------------------
+
+
+def _le(a: array[Any]) -> bytes:
+    if not _LITTLE:
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def encode_idx(
+    base: int,
+    covered: int,
+    seqs: array[int],
+    ts: array[int],
+    pos: array[int],
+    aux: array[int],
+    size: array[int],
+    lsid: array[int],
+    subjects: dict[int, str],
+    ttl: dict[int, int],
+    ops: array[int],
+    batches: array[int],
+    last_seq: int,
+    last_ts: int,
+    epoch: int,
+) -> bytes:
+    """Serialize an index file."""
+    n = len(seqs)
+    ttl_idx = array("I")
+    ttl_exp = array("q")
+    if ttl:
+        where = {s: i for i, s in enumerate(seqs) if s in ttl}
+        for s, exp in sorted(ttl.items()):
+            i = where.get(s)
+            if i is not None:
+                ttl_idx.append(i)
+                ttl_exp.append(exp)
+    keys = array("I", subjects.keys())
+    raw = [s.encode() for s in subjects.values()]
+    lens = array("I", [len(b) for b in raw])
+    body = b"".join(
+        [
+            _le(seqs),
+            _le(ts),
+            _le(pos),
+            _le(aux),
+            _le(size),
+            _le(lsid),
+            _le(ttl_idx),
+            _le(ttl_exp),
+            _le(ops),
+            _le(batches),
+            _le(keys),
+            _le(lens),
+            *raw,
+        ]
+    )
+    tail = IDX.pack(
+        IDX_MAGIC,
+        0,
+        IDX_VERSION,
+        0,
+        base,
+        covered,
+        n,
+        len(ops) // 2,
+        len(batches),
+        len(subjects),
+        len(ttl_idx),
+        last_seq,
+        last_ts,
+        epoch,
+    )[8:]
+    crc = crc32c(body, crc32c(tail))
+    return IDX_MAGIC + struct.pack("<I", crc) + tail + body
+
+
+def decode_idx(buf: bytes, base: int) -> SegmentData | None:
+    """Parse an index file; None if it is damaged or belongs to another segment."""
+    if len(buf) < IDX.size:
+        return None
+    (
+        magic,
+        crc,
+        version,
+        _flags,
+        ibase,
+        covered,
+        n,
+        n_ops,
+        n_batches,
+        n_subj,
+        n_ttl,
+        last_seq,
+        last_ts,
+        epoch,
+    ) = IDX.unpack_from(buf, 0)
+    if magic != IDX_MAGIC or version != IDX_VERSION or ibase != base:
+        return None
+    if crc32c(memoryview(buf)[8:]) != crc:
+        return None
+    d = SegmentData(base)
+    p = IDX.size
+
+    def take(typecode: str, count: int) -> array[Any]:
+        nonlocal p
+        a = array(typecode)
+        nbytes = a.itemsize * count
+        if p + nbytes > len(buf):
+            raise ValueError("short index file")
+        a.frombytes(buf[p : p + nbytes])
+        if not _LITTLE:
+            a.byteswap()
+        p += nbytes
+        return a
+
+    try:
+        d.seqs = take("Q", n)
+        d.ts = take("q", n)
+        d.pos = take("I", n)
+        d.aux = take("I", n)
+        d.size = take("I", n)
+        d.lsid = take("I", n)
+        ttl_idx = take("I", n_ttl)
+        ttl_exp = take("q", n_ttl)
+        d.ops = take("Q", 2 * n_ops)
+        d.batches = take("Q", n_batches)
+        keys = take("I", n_subj)
+        lens = take("I", n_subj)
+        for key, ln in zip(keys, lens, strict=True):
+            name = buf[p : p + ln].decode()
+            d.subjects[key] = name
+            d._subj_ix[name] = key
+            p += ln
+        d._next_key = max(keys, default=-1) + 1
+        if p != len(buf) or not set(d.lsid) <= d.subjects.keys():
+            return None
+        d.ttl = {d.seqs[i]: int(e) for i, e in zip(ttl_idx, ttl_exp, strict=True) if i < n}
+    except (ValueError, UnicodeDecodeError):
+        return None
+    d.covered = covered
+    d.last_seq = last_seq
+    d.last_ts = last_ts
+    d.epoch = epoch
+    d.has_batches = bool(n_batches)
+    return d
+
+
+def verify_idx(d: SegmentData, buf: bytes, *, check_crc: bool) -> bool:
+    """True if the index's batch offsets tile ``buf[:covered]`` exactly with valid batches."""
+    if d.covered > len(buf):
+        return False
+    p = 0
+    for off in d.batches:
+        if off != p:
+            return False
+        try:
+            h = rc.decode_header(buf, off)
+            if check_crc:
+                rc.check_body(buf, off, h)
+        except rc.BatchError:
+            return False
+        p = off + h.size
+    return p == d.covered

@@ -1,0 +1,176 @@
+"""Per-subject state of a store: interned subjects and their live sequences.
+
+Subjects are interned to small integer ids (``sid``, 0 is reserved for "no subject"). Ids are
+never reused while the store is open (a subject whose messages are all gone keeps its id; a
+restart only re-interns subjects still present in the log).
+
+Per subject, the live sequences are a sorted ``array('Q')`` plus a head offset: count, first
+and last are O(1); a removal at the front is O(1) amortised (the dead prefix is cut once it
+is more than half the array), a removal in the middle is a bisection and a memmove.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+
+from jetlog.wire.subjects import Sublist, is_literal, matches
+
+_FILTER_CACHE_MAX = 64
+
+
+class Subjects:
+    """The subject table and per-subject live sequences."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = [""]
+        self.raw: list[bytes] = [b""]
+        self.seqs: list[array[int]] = [array("Q")]
+        self.head: list[int] = [0]
+        self.live = 0  # subjects with at least one live message
+        self._filters: dict[str, set[int]] = {}
+        self._sub: Sublist[str] = Sublist()
+
+    def intern(self, subject: str) -> int:
+        """The id of ``subject``, creating it if needed."""
+        sid = self.ids.get(subject)
+        if sid is not None:
+            return sid
+        sid = len(self.names)
+        self.ids[subject] = sid
+        self.names.append(subject)
+        self.raw.append(subject.encode())
+        self.seqs.append(array("Q"))
+        self.head.append(0)
+        if self._filters:
+            for f in self._sub.match(subject):
+                self._filters[f].add(sid)
+        return sid
+
+    # ---- per-subject sequences --------------------------------------------------------------
+    def add(self, sid: int, seq: int) -> None:
+        """Record a new live message (``seq`` above every live one of the subject)."""
+        arr = self.seqs[sid]
+        if not arr:
+            self.live += 1
+        arr.append(seq)
+
+    def remove(self, sid: int, seq: int) -> None:
+        """Forget a live message of subject ``sid``."""
+        arr = self.seqs[sid]
+        h = self.head[sid]
+        if arr[h] == seq:
+            h += 1
+            if h == len(arr):
+                self.seqs[sid] = array("Q")
+                self.head[sid] = 0
+                self.live -= 1
+                return
+            if h > 32 and h * 2 > len(arr):
+                del arr[:h]
+                h = 0
+            self.head[sid] = h
+        elif arr[-1] == seq:
+            arr.pop()
+        else:
+            i = bisect_left(arr, seq, h)
+            if i < len(arr) and arr[i] == seq:
+                del arr[i]
+
+    def count(self, sid: int) -> int:
+        return len(self.seqs[sid]) - self.head[sid]
+
+    def first(self, sid: int) -> int:
+        return self.seqs[sid][self.head[sid]]
+
+    def last(self, sid: int) -> int:
+        return self.seqs[sid][-1]
+
+    def next_at(self, sid: int, start: int) -> int:
+        """First live sequence ≥ ``start`` of the subject (0 if none)."""
+        arr = self.seqs[sid]
+        if not arr:
+            return 0
+        h = self.head[sid]
+        if arr[h] >= start:
+            return arr[h]
+        i = bisect_left(arr, start, h)
+        return arr[i] if i < len(arr) else 0
+
+    def prev_at(self, sid: int, bound: int) -> int:
+        """Last live sequence ≤ ``bound`` of the subject (0 if none)."""
+        arr = self.seqs[sid]
+        if not arr:
+            return 0
+        if arr[-1] <= bound:
+            return arr[-1]
+        h = self.head[sid]
+        i = bisect_left(arr, bound + 1, h) - 1
+        return arr[i] if i >= h else 0
+
+    def count_from(self, sid: int, start: int) -> int:
+        """Live messages of the subject with sequence ≥ ``start``."""
+        arr = self.seqs[sid]
+        h = self.head[sid]
+        if not arr or arr[h] >= start:
+            return len(arr) - h
+        return len(arr) - bisect_left(arr, start, h)
+
+    def live_seqs(self, sid: int) -> array[int]:
+        """A copy of the live sequences of the subject."""
+        return self.seqs[sid][self.head[sid] :]
+
+    def drop_before(self, cutoff: int) -> None:
+        """Forget every live sequence < ``cutoff`` (bulk purge)."""
+        seqs, head = self.seqs, self.head
+        for sid in range(1, len(seqs)):
+            arr = seqs[sid]
+            if not arr or arr[head[sid]] >= cutoff:
+                continue
+            h = bisect_left(arr, cutoff, head[sid])
+            if h == len(arr):
+                seqs[sid] = array("Q")
+                head[sid] = 0
+                self.live -= 1
+            else:
+                del arr[:h]
+                head[sid] = 0
+
+    def clear_counts(self) -> None:
+        """Forget every live sequence (purge of everything)."""
+        for sid in range(1, len(self.seqs)):
+            if self.seqs[sid]:
+                self.seqs[sid] = array("Q")
+                self.head[sid] = 0
+        self.live = 0
+
+    # ---- filters ----------------------------------------------------------------------------
+    def resolve(self, filt: str | None) -> set[int] | None:
+        """Subject ids matching ``filt`` (live or not); None when every subject matches.
+
+        The returned set may be a cached object: callers must not mutate it.
+        """
+        if not filt or filt == ">":
+            return None
+        if is_literal(filt):
+            sid = self.ids.get(filt)
+            return {sid} if sid else set()
+        cached = self._filters.get(filt)
+        if cached is None:
+            if len(self._filters) >= _FILTER_CACHE_MAX:
+                self._filters.clear()
+                self._sub = Sublist()
+            cached = {sid for sid, name in enumerate(self.names) if sid and matches(filt, name)}
+            self._filters[filt] = cached
+            self._sub.insert(filt, filt)
+        if len(cached) == len(self.names) - 1:
+            return None
+        return cached
+
+    def live_sids(self, sids: set[int] | None = None) -> list[int]:
+        """Ids with at least one live message (restricted to ``sids`` when given)."""
+        seqs = self.seqs
+        if sids is None:
+            return [sid for sid in range(1, len(seqs)) if seqs[sid]]
+        return [sid for sid in sids if seqs[sid]]

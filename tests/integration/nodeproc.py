@@ -1,0 +1,94 @@
+"""Run ``jetlog serve`` as a real child process (for kill -9, SIGSTOP and restart tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+
+from jetlog.embedded import NatsServer
+
+
+@dataclass
+class NodeProcess:
+    """One ``jetlog serve`` process beside ``srv``; ``start`` waits for its ``ready`` line."""
+
+    srv: NatsServer
+    data_dir: str
+    extra_args: list[str] = field(default_factory=list)
+    proc: asyncio.subprocess.Process | None = None
+    stderr_lines: list[str] = field(default_factory=list)
+    _drain: asyncio.Task[None] | None = None
+
+    async def start(self, timeout: float = 30.0) -> str:
+        args = [
+            sys.executable,
+            "-m",
+            "jetlog",
+            "serve",
+            "--nats-url",
+            self.srv.url,
+            "--leafnode-url",
+            self.srv.leaf_url,
+            "--data-dir",
+            self.data_dir,
+            "--log-level",
+            "info",
+            *self.extra_args,
+        ]
+        self.proc = await asyncio.create_subprocess_exec(
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._drain = asyncio.create_task(self._read_stderr())
+        assert self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            await self.kill()
+            raise AssertionError(
+                "jetlog did not become ready:\n" + "\n".join(self.stderr_lines[-40:])
+            ) from None
+        text = line.decode().strip()
+        if not text.startswith("ready "):
+            await self.kill()
+            raise AssertionError(
+                f"unexpected first stdout line {text!r}:\n" + "\n".join(self.stderr_lines[-40:])
+            )
+        return text.split(" ", 1)[1]
+
+    async def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                return
+            self.stderr_lines.append(line.decode(errors="replace").rstrip())
+
+    async def kill(self) -> None:
+        """SIGKILL (no chance to flush anything)."""
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+        await self._stop_drain()
+
+    async def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit status."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.wait_for(self.proc.wait(), timeout)
+        await self._stop_drain()
+        return rc
+
+    async def _stop_drain(self) -> None:
+        if self._drain is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._drain, 5)
+            self._drain = None
