@@ -26,20 +26,18 @@ Design:
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import enum
 import logging
 import random
-import re
 import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
-from urllib.parse import unquote, urlsplit
+from typing import Any
 
-from jetlog.errors import ProtocolError, TransportError
+from jetlog.errors import TransportError
+from jetlog.transport.interest import InterestListener, InterestView
+from jetlog.transport.leaf_auth import Endpoint, nkey_public, parse_url, read_creds, sign
+from jetlog.transport.leaf_proto import LeafProtocol, LeafStats, LeafSubscription, LinkState
 from jetlog.wire import leaf as wire
 from jetlog.wire.subjects import Sublist, is_literal, is_valid_subject
 
@@ -50,8 +48,6 @@ __all__ = ["LeafConnection", "LeafStats", "LeafSubscription", "LinkState", "MsgC
 MsgCallback = Callable[[str, str | None, bytes, bytes], None]
 """``cb(subject, reply, hdr, payload)``; called synchronously from the reader."""
 
-InterestListener = Callable[[str, str, str | None], None]
-"""``cb(event, subject, queue)`` with event ``"+"`` or ``"-"``."""
 
 VERSION = "2.15.1"  # reported in CONNECT; the hub may enforce leafnodes.min_version
 
@@ -59,138 +55,6 @@ VERSION = "2.15.1"  # reported in CONNECT; the hub may enforce leafnodes.min_ver
 # An LS+ on a *literal* subject in these namespaces makes the hub close the whole link
 # (leafSubPermViolation); a wildcard is accepted but never gets messages.
 DENIED_PREFIXES = ("$JS.API.", "$KV.", "$OBJ.")
-
-# Hub subscriptions that are not application interest: loop detection, system services,
-# gateway reply routing. Tracked separately and never reported to listeners.
-_HIDDEN_PREFIXES = ("$LDS.", "$SYS.", "_GR_.", "$GR.")
-
-_CREDS_RE = re.compile(rb"\s*(?:(?:-{3,}.*-{3,}\r?\n)([\w\-.=]+)(?:\r?\n-{3,}.*-{3,}(\r?\n|\Z)))")
-
-
-class LinkState(enum.StrEnum):
-    """Lifecycle of the link, reported to ``on_state_change``."""
-
-    DISCONNECTED = "disconnected"  # not yet connected, or lost and about to retry
-    CONNECTING = "connecting"  # handshake in progress
-    CONNECTED = "connected"
-    RECONNECTING = "reconnecting"  # lost; backing off between attempts
-    CLOSED = "closed"  # close() called or reconnect attempts exhausted
-
-
-@dataclass(slots=True)
-class LeafStats:
-    """Counters. Bytes count header + payload, like nats-server's in/out bytes."""
-
-    msgs_in: int = 0
-    bytes_in: int = 0
-    msgs_out: int = 0
-    bytes_out: int = 0
-    reconnects: int = 0
-    callback_errors: int = 0  # a subscription callback raised (logged)
-
-
-class LeafSubscription:
-    """Handle returned by :meth:`LeafConnection.subscribe`."""
-
-    __slots__ = ("_link", "active", "cb", "queue", "subject")
-
-    def __init__(self, link: LeafConnection, subject: str, queue: str | None, cb: MsgCallback) -> None:
-        self._link = link
-        self.subject = subject
-        self.queue = queue
-        self.cb = cb
-        self.active = True
-
-    def unsubscribe(self) -> None:
-        """Same as ``link.unsubscribe(self)``."""
-        self._link.unsubscribe(self)
-
-    def __repr__(self) -> str:
-        q = f" queue={self.queue}" if self.queue else ""
-        return f"<LeafSubscription {self.subject}{q}{'' if self.active else ' (inactive)'}>"
-
-
-class _Proto(asyncio.Protocol):
-    """Per-TCP-connection glue; a stale protocol (after reconnect) is ignored by the link."""
-
-    def __init__(self, link: LeafConnection) -> None:
-        self.link = link
-        self.parser = wire.LeafParser(link.max_control_line)
-        self.transport: asyncio.Transport | None = None
-        self.paused = False
-        self.resumed: asyncio.Future[None] | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.handshake: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.handshake_stage = "info"  # info -> pong -> done
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport, hence a cast, not an isinstance.
-        tr = cast(asyncio.Transport, transport)
-        self.transport = tr
-        # pause_writing() (and so drain()) kicks in above the link's high-water mark.
-        tr.set_write_buffer_limits(high=self.link.write_high_water)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            events = self.parser.feed(data)
-        except ProtocolError as e:
-            log.error("leaf link: protocol error from hub: %s", e)
-            self._fail(e)
-            return
-        self.link._on_events(self, events)
-
-    def _fail(self, exc: BaseException) -> None:
-        if not self.handshake.done():
-            self.handshake.set_exception(exc)
-        if self.transport is not None:
-            self.transport.abort()
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.handshake.done():
-            self.handshake.set_exception(TransportError(f"connection lost during handshake: {exc or 'EOF'}"))
-        if not self.lost.done():
-            self.lost.set_result(None)
-        if self.resumed is not None and not self.resumed.done():
-            self.resumed.set_result(None)
-        self.link._on_connection_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.resumed is not None and not self.resumed.done():
-            self.resumed.set_result(None)
-
-
-@dataclass(slots=True)
-class _Endpoint:
-    host: str
-    port: int
-    tls: bool
-    user: str | None
-    password: str | None
-    token: str | None
-
-
-def _parse_url(url: str) -> _Endpoint:
-    if "://" not in url:
-        url = "nats-leaf://" + url
-    u = urlsplit(url)
-    scheme = u.scheme.lower()
-    if scheme not in ("nats-leaf", "nats", "tls"):
-        raise TransportError(f"unsupported leafnode URL scheme {scheme!r} in {url!r}")
-    if not u.hostname:
-        raise TransportError(f"no host in leafnode URL {url!r}")
-    user = unquote(u.username) if u.username else None
-    password = unquote(u.password) if u.password is not None else None
-    token = None
-    if user is not None and password is None:
-        token, user = user, None  # "token@host", as nats clients read it
-    return _Endpoint(u.hostname, u.port or 7422, scheme == "tls", user, password, token)
 
 
 class LeafConnection:
@@ -234,7 +98,7 @@ class LeafConnection:
         urls = [u.strip() for u in url.split(",")] if isinstance(url, str) else list(url)
         if not urls:
             raise TransportError("no leafnode URL")
-        self._endpoints = [_parse_url(u) for u in urls]
+        self._endpoints = [parse_url(u) for u in urls]
         self.name = name
         self._user, self._password, self._token = user, password, token
         self._nkey_seed = nkey_seed.encode() if isinstance(nkey_seed, str) else nkey_seed
@@ -256,7 +120,7 @@ class LeafConnection:
         self.server_info: dict[str, Any] = {}
         self.max_payload = 0  # from INFO; 0 until connected
         self._state = LinkState.DISCONNECTED
-        self._proto: _Proto | None = None
+        self._proto: LeafProtocol | None = None
         self._ep_index = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -279,12 +143,8 @@ class LeafConnection:
         self._has_queue_subs = 0
         self._rr = 0
 
-        # The hub's interest: (subject, queue) -> weight; hidden ($LDS., $SYS. ...) kept apart.
-        self._interest: dict[tuple[str, str | None], int] = {}
-        self._interest_sl: Sublist[str | None] = Sublist()
-        self._hidden: dict[tuple[str, str | None], int] = {}
-        self._staging: dict[tuple[str, str | None], int] | None = None
-        self._listeners: list[InterestListener] = []
+        # The hub's interest, rebuilt on every (re)connect.
+        self.interest_view = InterestView(name)
 
     # ------------------------------------------------------------------------------- state
 
@@ -426,7 +286,7 @@ class LeafConnection:
         want_tls = ep.tls or self._tls is not None or self._tls_first
         ctx = self._tls or (ssl.create_default_context() if want_tls else None)
         hostname = self._tls_hostname or ep.host
-        proto = _Proto(self)
+        proto = LeafProtocol(self)
         self._proto = proto
         try:
             if self._tls_first:
@@ -450,7 +310,7 @@ class LeafConnection:
                 proto.transport = new_tr
             proto.handshake = loop.create_future()
             proto.handshake_stage = "pong"
-            self._staging = {}
+            self.interest_view.begin_rebuild()
             assert proto.transport is not None
             frames = [wire.encode_connect(self._connect_options(info, ep))]
             # Subscriptions go before our PING, so the PONG also confirms the hub has them.
@@ -464,14 +324,14 @@ class LeafConnection:
         except BaseException:
             if self._proto is proto:
                 self._proto = None
-            self._staging = None
+            self.interest_view.abort_rebuild()
             if proto.transport is not None:
                 proto.transport.abort()
             raise
         proto.handshake_stage = "done"
         self._on_handshake_done(proto)
 
-    def _connect_options(self, info: dict[str, Any], ep: _Endpoint) -> dict[str, Any]:
+    def _connect_options(self, info: dict[str, Any], ep: Endpoint) -> dict[str, Any]:
         # No "lang": it makes the hub think a client dialed the leafnode port. No
         # "compress_mode": the hub then leaves compression off. No "remote_account" (a duplicate
         # name + account would evict another leaf) and no "cluster" (may clash with the hub's).
@@ -486,21 +346,19 @@ class LeafConnection:
             opts["auth_token"] = token
         nonce = info.get("nonce", "")
         if self._creds_file is not None:
-            jwt, seed = _read_creds(self._creds_file)
+            jwt, seed = read_creds(self._creds_file)
             opts["jwt"] = jwt
-            opts["sig"] = _sign(seed, nonce)
+            opts["sig"] = sign(seed, nonce)
         elif self._nkey_seed is not None:
-            opts["nkey"], opts["sig"] = _nkey_public(self._nkey_seed), _sign(self._nkey_seed, nonce)
+            opts["nkey"], opts["sig"] = nkey_public(self._nkey_seed), sign(self._nkey_seed, nonce)
         return opts
 
-    def _on_handshake_done(self, proto: _Proto) -> None:
+    def _on_handshake_done(self, proto: LeafProtocol) -> None:
         reconnect = self._had_connection
         self._had_connection = True
         self._pings_out = 0
         # Swap in the interest the hub just re-announced; tell listeners only the difference.
-        staged = self._staging or {}
-        self._staging = None
-        self._replace_interest(staged)
+        self.interest_view.finish_rebuild()
         self._set_state(LinkState.CONNECTED)
         if self._pending:
             data = b"".join(self._pending)
@@ -575,7 +433,7 @@ class LeafConnection:
             self._pongs.append(None)
             self._send_control(wire.PING_FRAME)
 
-    def _on_connection_lost(self, proto: _Proto, exc: Exception | None) -> None:
+    def _on_connection_lost(self, proto: LeafProtocol, exc: Exception | None) -> None:
         if proto is not self._proto:
             return
         self._proto = None
@@ -602,7 +460,7 @@ class LeafConnection:
 
     # ---------------------------------------------------------------------------- reading
 
-    def _on_events(self, proto: _Proto, events: list[wire.Event]) -> None:
+    def _on_events(self, proto: LeafProtocol, events: list[wire.Event]) -> None:
         if proto is not self._proto:
             return
         MSG = wire.MSG
@@ -648,12 +506,12 @@ class LeafConnection:
             self.stats.callback_errors += 1
             log.exception("leaf link %s: callback for %s failed", self.name, s.subject)
 
-    def _on_control(self, proto: _Proto, ev: wire.Event) -> None:
+    def _on_control(self, proto: LeafProtocol, ev: wire.Event) -> None:
         kind = ev[0]
         if kind == wire.LS_ADD:
-            self._interest_add(ev[1], ev[2], ev[3])
+            self.interest_view.add(ev[1], ev[2], ev[3])
         elif kind == wire.LS_DEL:
-            self._interest_del(ev[1], ev[2])
+            self.interest_view.remove(ev[1], ev[2])
         elif kind == wire.PING:
             self._send_control(wire.PONG_FRAME, proto)
         elif kind == wire.PONG:
@@ -690,7 +548,7 @@ class LeafConnection:
 
     # ------------------------------------------------------------------------------ writing
 
-    def _send_control(self, frame: bytes, proto: _Proto | None = None) -> None:
+    def _send_control(self, frame: bytes, proto: LeafProtocol | None = None) -> None:
         """Write a control frame now, after any queued data (keeps call order)."""
         proto = proto or self._proto
         # Nothing may precede our CONNECT (the hub answers "Authorization Violation"); frames
@@ -855,116 +713,23 @@ class LeafConnection:
 
     # ----------------------------------------------------------------------------- interest
 
-    def _interest_add(self, subject: str, queue: str | None, weight: int) -> None:
-        key = (subject, queue)
-        if self._staging is not None:
-            self._staging[key] = weight
-            return
-        if subject.startswith(_HIDDEN_PREFIXES):
-            self._hidden[key] = weight
-            return
-        new = key not in self._interest
-        self._interest[key] = weight  # a repeated LS+ on a queue key updates its weight
-        if new:
-            self._interest_sl.insert(subject, queue)
-            self._notify("+", subject, queue)
-
-    def _interest_del(self, subject: str, queue: str | None) -> None:
-        key = (subject, queue)
-        if self._staging is not None:
-            self._staging.pop(key, None)
-            return
-        if self._hidden.pop(key, None) is not None:
-            return
-        if self._interest.pop(key, None) is not None:
-            self._interest_sl.remove(subject, queue)
-            self._notify("-", subject, queue)
-
-    def _replace_interest(self, staged: dict[tuple[str, str | None], int]) -> None:
-        old = self._interest
-        self._hidden = {}
-        new: dict[tuple[str, str | None], int] = {}
-        for key, w in staged.items():
-            if key[0].startswith(_HIDDEN_PREFIXES):
-                self._hidden[key] = w
-            else:
-                new[key] = w
-        sl: Sublist[str | None] = Sublist()
-        for subject, queue in new:
-            sl.insert(subject, queue)
-        self._interest, self._interest_sl = new, sl
-        for subject, queue in old.keys() - new.keys():
-            self._notify("-", subject, queue)
-        for subject, queue in new.keys() - old.keys():
-            self._notify("+", subject, queue)
-
-    def _notify(self, event: str, subject: str, queue: str | None) -> None:
-        for cb in list(self._listeners):
-            try:
-                cb(event, subject, queue)
-            except Exception:
-                log.exception("leaf link %s: interest listener failed", self.name)
-
     def has_interest(self, subject: str) -> bool:
         """True if some hub subscription (plain or queue) matches the literal ``subject``."""
-        return bool(self._interest_sl.match(subject))
+        return self.interest_view.has_interest(subject)
 
     def queue_groups(self, subject: str) -> set[str]:
         """Queue groups on the hub with a subscription matching the literal ``subject``."""
-        return {q for q in self._interest_sl.match(subject) if q is not None}
+        return self.interest_view.queue_groups(subject)
 
     def queue_weight(self, subject: str, queue: str) -> int:
         """The hub-announced member count of ``queue`` on exactly the subscription ``subject``."""
-        return self._interest.get((subject, queue), 0)
+        return self.interest_view.queue_weight(subject, queue)
 
     def interest(self) -> dict[tuple[str, str | None], int]:
         """Snapshot of the hub's application interest: (subject, queue) -> weight (1 for plain)."""
-        return dict(self._interest)
+        return self.interest_view.snapshot()
 
     def add_interest_listener(self, cb: InterestListener) -> Callable[[], None]:
-        """Call ``cb("+"|"-", subject, queue)`` when a hub subscription key appears or goes.
-
-        Queue weight changes do not fire events (see :meth:`queue_weight`). Returns a function
-        that removes the listener.
-        """
-        self._listeners.append(cb)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(cb)
-
-        return remove
-
-
-def _read_creds(path: str) -> tuple[str, bytes]:
-    """(user JWT, nkey seed) from a ``.creds`` file (the same decorated blocks nsc writes)."""
-    try:
-        with open(path, "rb") as f:
-            contents = f.read()
-    except OSError as e:
-        raise TransportError(f"cannot read credentials file {path}: {e}") from e
-    items = _CREDS_RE.findall(contents)
-    if len(items) < 2:
-        raise TransportError(f"credentials file {path} is malformed")
-    return items[0][0].decode(), items[1][0]
-
-
-def _nkey_public(seed: bytes) -> str:
-    import nkeys
-
-    kp = nkeys.from_seed(bytearray(seed))
-    try:
-        return str(kp.public_key.decode())
-    finally:
-        kp.wipe()
-
-
-def _sign(seed: bytes, nonce: str) -> str:
-    import nkeys
-
-    kp = nkeys.from_seed(bytearray(seed))
-    try:
-        # nats-server decodes base64.RawURLEncoding (StdEncoding as a fallback).
-        return base64.urlsafe_b64encode(kp.sign(nonce.encode())).rstrip(b"=").decode()
-    finally:
-        kp.wipe()
+        """Call ``cb("+"|"-", subject, queue)`` when a hub subscription key appears or goes;
+        returns a function that removes the listener."""
+        return self.interest_view.add_listener(cb)

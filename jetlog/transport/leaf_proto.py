@@ -1,0 +1,117 @@
+"""Pieces of the leaf link that are not the connection logic itself: its lifecycle states,
+counters, the subscription handle, and the per-TCP-connection asyncio protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from jetlog.errors import ProtocolError, TransportError
+from jetlog.wire import leaf as wire
+
+if TYPE_CHECKING:
+    from jetlog.transport.leaf import LeafConnection, MsgCallback
+
+log = logging.getLogger("jetlog.transport.leaf")
+
+
+class LinkState(enum.StrEnum):
+    """Lifecycle of the link, reported to ``on_state_change``."""
+
+    DISCONNECTED = "disconnected"  # not yet connected, or lost and about to retry
+    CONNECTING = "connecting"  # handshake in progress
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"  # lost; backing off between attempts
+    CLOSED = "closed"  # close() called or reconnect attempts exhausted
+
+
+@dataclass(slots=True)
+class LeafStats:
+    """Counters. Bytes count header + payload, like nats-server's in/out bytes."""
+
+    msgs_in: int = 0
+    bytes_in: int = 0
+    msgs_out: int = 0
+    bytes_out: int = 0
+    reconnects: int = 0
+    callback_errors: int = 0  # a subscription callback raised (logged)
+
+
+class LeafSubscription:
+    """Handle returned by :meth:`LeafConnection.subscribe`."""
+
+    __slots__ = ("_link", "active", "cb", "queue", "subject")
+
+    def __init__(self, link: LeafConnection, subject: str, queue: str | None, cb: MsgCallback) -> None:
+        self._link = link
+        self.subject = subject
+        self.queue = queue
+        self.cb = cb
+        self.active = True
+
+    def unsubscribe(self) -> None:
+        """Same as ``link.unsubscribe(self)``."""
+        self._link.unsubscribe(self)
+
+    def __repr__(self) -> str:
+        q = f" queue={self.queue}" if self.queue else ""
+        return f"<LeafSubscription {self.subject}{q}{'' if self.active else ' (inactive)'}>"
+
+
+class LeafProtocol(asyncio.Protocol):
+    """Per-TCP-connection glue; a stale protocol (after reconnect) is ignored by the link."""
+
+    def __init__(self, link: LeafConnection) -> None:
+        self.link = link
+        self.parser = wire.LeafParser(link.max_control_line)
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self.resumed: asyncio.Future[None] | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.handshake: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.handshake_stage = "info"  # info -> pong -> done
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, hence a cast, not an isinstance.
+        tr = cast(asyncio.Transport, transport)
+        self.transport = tr
+        # pause_writing() (and so drain()) kicks in above the link's high-water mark.
+        tr.set_write_buffer_limits(high=self.link.write_high_water)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.parser.feed(data)
+        except ProtocolError as e:
+            log.error("leaf link: protocol error from hub: %s", e)
+            self._fail(e)
+            return
+        self.link._on_events(self, events)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.handshake.done():
+            self.handshake.set_exception(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.handshake.done():
+            self.handshake.set_exception(TransportError(f"connection lost during handshake: {exc or 'EOF'}"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if self.resumed is not None and not self.resumed.done():
+            self.resumed.set_result(None)
+        self.link._on_connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.resumed is not None and not self.resumed.done():
+            self.resumed.set_result(None)

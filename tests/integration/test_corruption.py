@@ -1,0 +1,131 @@
+"""A corrupt segment is quarantined and reported without taking the node or other streams down;
+a torn tail is truncated; a corrupt stream metadata file leaves that stream offline only."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import nats
+import pytest
+
+from jetlog.embedded import NatsServer
+
+from .jsutil import api
+from .nodeproc import NodeProcess
+
+
+async def _fill(js: nats.js.JetStreamContext, name: str, n: int) -> None:
+    await js.add_stream(name=name, subjects=[f"{name.lower()}.*"])
+    for i in range(n):
+        await js.publish(f"{name.lower()}.x", f"{name}-{i}".encode() * 20)
+
+
+def _segments(data_dir: str, stream: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(data_dir, "streams", stream, "log", "*.log")))
+
+
+async def test_corrupt_segment_quarantined_node_stays_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path / "data")
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data)
+        url = await node.start()
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await _fill(js, "GOOD", 50)
+        await _fill(js, "BAD", 50)
+        await nc.close()
+        assert await node.terminate() == 0
+
+        segs = _segments(data, "BAD")
+        assert segs, "no segment files"
+        seg = segs[0]
+        size = os.path.getsize(seg)
+        with open(seg, "r+b") as f:  # flip bytes in the middle of the log
+            f.seek(size // 2)
+            chunk = f.read(64)
+            f.seek(size // 2)
+            f.write(bytes(b ^ 0xFF for b in chunk))
+        # Make the index agree with nothing so recovery must scan (and meet the damage).
+        for idx in glob.glob(os.path.join(data, "streams", "BAD", "log", "*.idx")):
+            os.unlink(idx)
+
+        url = await node.start()
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            good = await js.stream_info("GOOD")
+            assert good.state.messages == 50
+            assert (await js.get_msg("GOOD", 50)).data == b"GOOD-49" * 20
+            r = await api(nc, "$JS.API.STREAM.INFO.BAD")
+            st = r["state"]
+            assert st["last_seq"] == 50  # sequences are never reused
+            assert "lost" in st and st["lost"]["msgs"], st
+            lost = set(st["lost"]["msgs"])
+            assert st["messages"] == 50 - len(lost)
+            for seq in range(1, 51):
+                if seq in lost:
+                    continue
+                m = await js.get_msg("BAD", seq)
+                assert m.data == f"BAD-{seq - 1}".encode() * 20  # never wrong bytes
+            # The stream still takes writes.
+            assert (await js.publish("bad.x", b"after")).seq == 51
+            quarantine = glob.glob(os.path.join(data, "streams", "BAD", "log", "quarantine", "*"))
+            assert quarantine
+        finally:
+            await nc.close()
+            assert await node.terminate() == 0
+        assert any("quarantin" in line.lower() or "corrupt" in line.lower() for line in node.stderr_lines)
+
+
+async def test_torn_tail_truncated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path / "data")
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data)
+        url = await node.start()
+        nc = await nats.connect(url)
+        await _fill(nc.jetstream(), "TORN", 20)
+        await nc.close()
+        await node.kill()
+        seg = _segments(data, "TORN")[-1]
+        with open(seg, "ab") as f:  # half a batch: what a crash mid-write leaves
+            f.write(b"JLB1" + os.urandom(37))
+        url = await node.start()
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info("TORN")
+            assert (info.state.messages, info.state.last_seq) == (20, 20)
+            assert (await js.publish("torn.x", b"next")).seq == 21
+            assert (await js.get_msg("TORN", 21)).data == b"next"
+        finally:
+            await nc.close()
+            await node.terminate()
+
+
+async def test_corrupt_stream_metadata_leaves_only_that_stream_offline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path / "data")
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data)
+        url = await node.start()
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await _fill(js, "OK", 3)
+        await _fill(js, "META", 3)
+        await nc.close()
+        assert await node.terminate() == 0
+        with open(os.path.join(data, "streams", "META", "stream.json"), "wb") as f:
+            f.write(b'{"config": {"name": "META", "subj')
+        url = await node.start()
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            assert (await js.stream_info("OK")).state.messages == 3
+            r = await api(nc, "$JS.API.STREAM.LIST")
+            assert [s["config"]["name"] for s in r["streams"]] == ["OK"]
+            assert "META" in r.get("offline", {})
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.stream_info("META")
+        finally:
+            await nc.close()
+            await node.terminate()
