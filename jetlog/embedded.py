@@ -63,6 +63,8 @@ class NatsServer:
     jetstream: bool = False
     leafnode: bool = True
     extra_conf: str = ""
+    leaf_conf: str = ""
+    """Extra lines inside the ``leafnodes {}`` block (e.g. an ``authorization {}``)."""
     store_dir: str | None = None
     host: str = "127.0.0.1"
     client_port: int = -1
@@ -89,7 +91,7 @@ class NatsServer:
         if self.name:
             lines.append(f"server_name: {self.name}")
         if self.leafnode:
-            lines.append(f"leafnodes {{ listen: {self.host}:{self.leaf_port} }}")
+            lines.append(f"leafnodes {{ listen: {self.host}:{self.leaf_port}\n{self.leaf_conf}\n}}")
         if self.jetstream:
             sd = self.store_dir or os.path.join(workdir, "js")
             lines.append(f'jetstream {{ store_dir: "{sd}" }}')

@@ -48,7 +48,7 @@ class StreamPolicy:
         headers_only = False
         rp = getattr(c, "republish", None)
         if rp is not None and rp.dest:
-            republish = SubjectTransform(rp.src or ">", rp.dest).apply
+            republish = SubjectTransform(rp.src or ">", rp.dest).apply_publishable
             headers_only = bool(rp.headers_only)
         return cls(
             sealed=bool(c.sealed),

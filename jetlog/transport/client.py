@@ -16,6 +16,7 @@ Everything else (connect, auth, TLS, reconnect and re-subscribe) is nats-py's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Callable
@@ -116,11 +117,19 @@ class ClientLink:
         return int(self.nc.max_payload or 1024 * 1024)
 
     async def connect(self) -> None:
-        """Connect (raises TransportError when the upstream is unreachable)."""
+        """Connect once; raise TransportError at once when the upstream is unreachable or
+        refuses the credentials (a start-up error an operator must see). After that first
+        success the connection reconnects on its own (``max_reconnect_attempts``)."""
+        opts = dict(self._opts, allow_reconnect=False)
         try:
-            await self.nc.connect(**self._opts)
+            await self.nc.connect(**opts)
         except (OSError, TimeoutError, nats.errors.Error) as e:
+            with contextlib.suppress(nats.errors.Error):
+                await self.nc.close()
             raise TransportError(f"cannot connect to {self._opts['servers']}: {e}") from e
+        # nats-py reads these options whenever the connection drops.
+        self.nc.options["allow_reconnect"] = True
+        self.nc.options["max_reconnect_attempts"] = self._opts["max_reconnect_attempts"]
 
     async def close(self) -> None:
         """Drain nothing, just close."""

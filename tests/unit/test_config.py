@@ -69,3 +69,31 @@ def test_cli_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "storage.fsync" in r.stderr
     assert r.stdout == ""
+
+
+def test_serve_exits_1_when_upstream_unreachable(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jetlog",
+            "serve",
+            "--nats-url",
+            f"nats://127.0.0.1:{port}",
+            "--leafnode-url",
+            f"nats-leaf://127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1
+    assert "cannot connect" in r.stderr
+    assert r.stdout == ""

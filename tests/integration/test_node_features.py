@@ -1,0 +1,156 @@
+"""Node features around the API: JetStream domain, HTTP metrics/health, upstream auth on both
+links, the `jetlog status` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any
+
+import nats
+import pytest
+
+from jetlog.embedded import NatsServer
+
+from .conftest import start_node
+
+
+async def _http_get(port: int, path: str) -> tuple[int, str]:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await w.drain()
+    data = await asyncio.wait_for(r.read(), 5)
+    w.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+async def test_domain_api_and_puback(tmp_path: Any) -> None:
+    async with NatsServer(leafnode=True) as srv:
+        node = await start_node(srv, str(tmp_path / "d"), **{"api.domain": "hub"})
+        try:
+            nc = await nats.connect(srv.url)
+            js = nc.jetstream(domain="hub")
+            await js.add_stream(name="DOM", subjects=["dom"])
+            ack = await js.publish("dom", b"x")
+            assert (ack.stream, ack.seq, ack.domain) == ("DOM", 1, "hub")
+            info = await js.account_info()
+            assert info.domain == "hub"
+            # The plain prefix serves the same account.
+            plain = nc.jetstream()
+            assert (await plain.stream_info("DOM")).state.messages == 1
+            await nc.close()
+        finally:
+            await node.stop()
+
+
+async def test_metrics_health_ready(tmp_path: Any) -> None:
+    async with NatsServer(leafnode=True) as srv:
+        node = await start_node(srv, str(tmp_path / "m"), **{"http.listen": "127.0.0.1:0"})
+        try:
+            assert node.http is not None
+            port = node.http.port
+            assert await _http_get(port, "/healthz") == (200, "ok\n")
+            assert await _http_get(port, "/readyz") == (200, "ready\n")
+            nc = await nats.connect(srv.url)
+            js = nc.jetstream()
+            await js.add_stream(name="MET", subjects=["met"])
+            for _ in range(3):
+                await js.publish("met", b"abc")
+            with pytest.raises(nats.js.errors.APIError):
+                await js.publish("met", b"", headers={"Nats-Expected-Stream": "nope"})
+            await nc.close()
+            code, body = await _http_get(port, "/metrics")
+            assert code == 200
+            assert 'jetlog_stream_messages{stream="MET"} 3.0' in body
+            assert 'jetlog_stream_stored_total{stream="MET"} 3.0' in body
+            assert 'jetlog_stream_rejected_total{stream="MET"} 1.0' in body
+            assert 'jetlog_link_up{link="leafnode"} 1.0' in body
+            assert (await _http_get(port, "/nope"))[0] == 404
+        finally:
+            await node.stop()
+
+
+async def test_readyz_reports_a_down_leaf_link(tmp_path: Any) -> None:
+    async with NatsServer(leafnode=True) as srv:
+        node = await start_node(srv, str(tmp_path / "r"), **{"http.listen": "127.0.0.1:0"})
+        try:
+            assert node.ready() == (True, "ready")
+            await node.leaf.close()
+            ok, why = node.ready()
+            assert not ok and "leafnode" in why
+            assert node.http is not None
+            assert (await _http_get(node.http.port, "/readyz"))[0] == 503
+        finally:
+            await node.stop()
+
+
+async def test_upstream_user_password_on_both_links(tmp_path: Any) -> None:
+    srv = NatsServer(
+        leafnode=True,
+        extra_conf="authorization { users: [ {user: app, password: apppw}, {user: jl, password: jlpw} ] }",
+        leaf_conf="authorization { user: jl, password: jlpw }",
+    )
+    async with srv:
+        node = await start_node(
+            srv, str(tmp_path / "a"), **{"upstream.user": "jl", "upstream.password": "jlpw"}
+        )
+        try:
+            nc = await nats.connect(srv.url, user="app", password="apppw")
+            js = nc.jetstream()
+            await js.add_stream(name="AUTH", subjects=["auth.*"])
+            await nc.publish("auth.plain", b"captured over the leaf link")
+            ack = await js.publish("auth.x", b"y")
+            assert ack.seq == 2
+            assert (await js.get_msg("AUTH", 1)).data == b"captured over the leaf link"
+            await nc.close()
+        finally:
+            await node.stop()
+
+
+async def test_wrong_upstream_credentials_fail_start(tmp_path: Any) -> None:
+    from jetlog.errors import TransportError
+
+    srv = NatsServer(
+        leafnode=True,
+        extra_conf="authorization { user: jl, password: jlpw }",
+        leaf_conf="authorization { user: jl, password: jlpw }",
+    )
+    async with srv:
+        with pytest.raises(TransportError):
+            await start_node(
+                srv,
+                str(tmp_path / "w"),
+                **{"upstream.user": "jl", "upstream.password": "bad", "upstream.max_reconnect_attempts": 0},
+            )
+
+
+async def test_status_command(tmp_path: Any) -> None:
+    async with NatsServer(leafnode=True) as srv:
+        node = await start_node(srv, str(tmp_path / "s"))
+        try:
+            nc = await nats.connect(srv.url)
+            js = nc.jetstream()
+            await js.add_stream(name="ST", subjects=["st"])
+            await js.publish("st", b"12345")
+            await nc.close()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "jetlog",
+                "status",
+                "--nats-url",
+                srv.url,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            assert proc.returncode == 0, err
+            text = out.decode()
+            assert "streams: 1" in text
+            assert "ST: 1 msgs" in text and "seq 1..1" in text
+        finally:
+            await node.stop()
+    _ = json  # keep import used for readers extending these tests
