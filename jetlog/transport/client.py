@@ -120,7 +120,9 @@ class ClientLink:
         """Connect once; raise TransportError at once when the upstream is unreachable or
         refuses the credentials (a start-up error an operator must see). After that first
         success the connection reconnects on its own (``max_reconnect_attempts``)."""
-        opts = dict(self._opts, allow_reconnect=False)
+        # nats-py's server selection retries a failing server until max_reconnect_attempts is
+        # exceeded, whatever allow_reconnect says: bound it for this first connect only.
+        opts = dict(self._opts, allow_reconnect=False, max_reconnect_attempts=1)
         try:
             await self.nc.connect(**opts)
         except (OSError, TimeoutError, nats.errors.Error) as e:

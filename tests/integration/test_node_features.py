@@ -154,3 +154,54 @@ async def test_status_command(tmp_path: Any) -> None:
         finally:
             await node.stop()
     _ = json  # keep import used for readers extending these tests
+
+
+async def test_upstream_restart_both_links_recover(tmp_path: Any) -> None:
+    first = NatsServer(leafnode=True)
+    await first.start()
+    cport, lport = first.ports["client"], first.ports["leafnode"]
+    node = await start_node(first, str(tmp_path / "rs"))
+    try:
+        nc = await nats.connect(first.url)
+        js = nc.jetstream()
+        await js.add_stream(name="RS", subjects=["rs.*", "$KV.rs.>"])
+        await js.publish("rs.a", b"before")
+        await nc.close()
+        await first.stop()
+        second = NatsServer(leafnode=True, client_port=cport, leaf_port=lport)
+        await second.start()
+        try:
+
+            async def ready() -> None:
+                while node.ready() != (True, "ready"):
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(ready(), 20)
+            nc = await nats.connect(second.url)
+            js = nc.jetstream()
+
+            async def publish_works() -> int:
+                while True:
+                    try:
+                        return (await js.publish("rs.b", b"after", timeout=1)).seq
+                    except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+                        await asyncio.sleep(0.1)
+
+            assert await asyncio.wait_for(publish_works(), 20) == 2
+            assert (await js.publish("$KV.rs.k", b"client-link capture")).seq == 3
+            await nc.publish("rs.c", b"plain")
+            await nc.flush()
+
+            async def three() -> None:
+                while (await js.stream_info("RS")).state.messages < 4:
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(three(), 10)
+            assert (await js.get_msg("RS", 1)).data == b"before"
+            await nc.close()
+        finally:
+            await node.stop()
+            await second.stop()
+    finally:
+        if node._started:
+            await node.stop()
