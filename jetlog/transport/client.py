@@ -174,6 +174,11 @@ class ClientLink:
             )
         else:
             cmd = b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload)
+        if not nc._pending and nc.is_connected and nc._transport is not None:
+            # Nothing queued ahead of us: write now instead of waking nats-py's flusher task
+            # (one loop hop less on every API reply; order is kept since the queue is empty).
+            nc._transport.write(cmd)
+            return
         nc._pending.append(cmd)
         nc._pending_data_size += len(cmd)
         q = nc._flush_queue
