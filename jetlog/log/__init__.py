@@ -2,7 +2,7 @@
 
 ``FileStore`` (segmented, checksummed log with group commit, recovery, quarantine, retention and
 compaction) and ``MemStore`` (same semantics in memory) implement the ``MsgStore`` contract of
-``jetlog.log.store``.
+``jetlog.log.store``. ``Syncer`` runs the file stores' fsyncs in a helper process.
 """
 
 from jetlog.log.filestore import DEFAULT_SEGMENT_BYTES, FileStore
@@ -16,6 +16,7 @@ from jetlog.log.store import (
     StoreState,
     SubjectState,
 )
+from jetlog.log.syncer import Syncer, SyncService
 
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
@@ -29,4 +30,6 @@ __all__ = [
     "StoreState",
     "StoredMsg",
     "SubjectState",
+    "SyncService",
+    "Syncer",
 ]

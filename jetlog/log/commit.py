@@ -1,23 +1,46 @@
-"""Group commit: the pending-batch structures the loop fills and the job a worker thread runs.
+"""Group commit: the pending-batch structures the loop fills and the job the flusher runs.
 
 The loop encodes each mutation into the open batch at once (records are fully encoded, with
-their CRC, in ``append``). The flusher takes everything pending as one job; the worker thread
-joins bodies, compresses, builds headers, writes them in order with ``writev`` and fsyncs once.
-While a job is in flight new mutations accumulate for the next one.
+their CRC, in ``append``). The flusher takes everything pending as one job, seals it (joins,
+checksums and, for compressed stores, compresses each batch), writes it with ``writev`` and
+waits for one ``fdatasync`` through a ``SyncService`` (normally the helper process of
+``syncer.py``). While a job is in flight new mutations accumulate for the next one.
 
-Crash ordering: a segment roll inside a job syncs the old segment before the new file is
-created, so a later segment never holds data whose predecessor's tail could be missing
-(recovery treats a damaged non-last segment as corruption, not as a torn tail).
+Where the work runs: everything but the sync runs on the event loop. A thread would have to
+win this process's GIL back from a busy loop to report completion, which under load costs far
+more than the work itself (see ``syncer.py``). The write goes to the page cache and normally
+takes microseconds; the trade-off is that under dirty-page throttling (writeback far behind,
+e.g. another process flooding the disk) ``write`` can block the whole loop for as long as the
+kernel throttles it. Each job is fdatasync'ed before the next is written, so this store keeps
+at most one job's bytes dirty per stream.
+
+Crash ordering:
+- Acknowledgement: a commit is reported only after the sync covering it succeeded; a job's
+  sync is issued after all of its writes returned.
+- A segment roll inside a job syncs the old segment before the new file is created, so a later
+  segment never holds data whose predecessor's tail could be missing (recovery treats a damaged
+  non-last segment as corruption, not as a torn tail). The directory is fsynced after the create
+  and before anything written to the new file is reported durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from jetlog.errors import StorageError
 from jetlog.log.segment import Segment, SegmentIO
+from jetlog.log.syncer import Syncer, SyncService
 from jetlog.wire import records as rc
+
+# Compressed stores compress on the loop: zstd level 3 runs ~300 MB/s here (a full 1 MiB batch is
+# ~4 ms of loop time), while a thread's result can take seconds to reach a busy loop (measured in
+# ``bench/commit_latency_bench.py --compression-study``). Only batches above this (a single
+# message over 1 MiB) go to the store thread.
+COMPRESS_INLINE_MAX = rc.SPLIT_BODY
+_YIELD_EVERY = 256 << 10  # let other tasks run after compressing this much inline
 
 
 class OpenBatch:
@@ -58,9 +81,8 @@ class PendingBatch(NamedTuple):
 def seal_pending(b: PendingBatch, compressor: Any) -> PendingBatch:
     """Join and checksum a pending batch (``parts`` becomes ``[header, stored body]``).
 
-    Uncompressed stores do this on the loop when a job is taken (a memcpy and a CRC, cheap),
-    so the flusher thread only makes syscalls: each time that thread needs the GIL back it may
-    wait a whole switch interval behind a busy loop, and that wait is commit latency.
+    Uncompressed stores do this on the loop when a job is taken (a memcpy and a CRC, cheap).
+    Compressed stores call it from the flusher (see ``FileStore._seal``).
     """
     if b.sealed:
         return b
@@ -80,6 +102,29 @@ def seal_pending(b: PendingBatch, compressor: Any) -> PendingBatch:
     return b._replace(parts=[hdr, body], sealed=True)
 
 
+async def seal_compressed(
+    actions: list[PendingBatch | Roll], compressor: Any, executor: ThreadPoolExecutor
+) -> list[PendingBatch | Roll]:
+    """Compress and seal a compressed store's batches, on the loop (see ``COMPRESS_INLINE_MAX``).
+    Appends made while this yields go to the next job."""
+    out: list[PendingBatch | Roll] = []
+    done = 0
+    for act in actions:
+        if isinstance(act, PendingBatch) and not act.sealed:
+            raw = sum(len(p) for p in act.parts)
+            if raw > COMPRESS_INLINE_MAX:
+                loop = asyncio.get_running_loop()
+                act = await loop.run_in_executor(executor, seal_pending, act, compressor)
+            else:
+                if done >= _YIELD_EVERY:
+                    await asyncio.sleep(0)
+                    done = 0
+                act = seal_pending(act, compressor)
+                done += raw
+        out.append(act)
+    return out
+
+
 class Roll(NamedTuple):
     """Seal ``old`` and start writing ``new`` (a new file)."""
 
@@ -87,14 +132,70 @@ class Roll(NamedTuple):
     new: Segment
 
 
+class StoreSync:
+    """One store's sync endpoints: its ``SyncService``, the sync handle of the writer segment
+    (``writer``) and the store directory's fd and handle (``dir``). Files are registered as fds
+    once, never synced by path (see ``syncer.py``). ``owned``: a shared ``Syncer`` reference
+    released by ``close``."""
+
+    def __init__(
+        self, io: SegmentIO, service: SyncService, path: str, writer_fd: int, owned: Syncer | None
+    ) -> None:
+        self.io = io
+        self.service = service
+        self.owned = owned
+        self.syncs = 0  # fdatasyncs of segment files done for commits
+        self.dir_fd = -1
+        self.writer = self.dir = 0
+        try:
+            self.dir_fd = io.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            self.writer = service.register(writer_fd)
+            self.dir = service.register(self.dir_fd)
+        except BaseException:
+            self.forget()
+            raise
+
+    async def sync_writer(self) -> None:
+        await self.service.fdatasync(self.writer)
+        self.syncs += 1
+
+    def rolled(self, handle: int) -> None:
+        """The old writer was synced by its roll and never is again: ``handle`` (the new
+        segment's) replaces it. The old segment's own fd stays open for reads."""
+        self.service.forget(self.writer)
+        self.writer = handle
+
+    def forget(self) -> None:
+        for h in (self.writer, self.dir):
+            if h:
+                self.service.forget(h)
+        self.writer = self.dir = 0
+        if self.dir_fd >= 0:
+            try:
+                self.io.close(self.dir_fd)
+            except OSError:
+                pass
+            self.dir_fd = -1
+
+    async def close(self) -> None:
+        """Forget every handle; the last store on a loop stops the helper. A sync still running
+        in the helper is harmless: ``forget`` lets it finish on the helper's copy of the fd."""
+        self.forget()
+        if self.owned is not None:
+            owned, self.owned = self.owned, None
+            await owned.release()
+
+
 class Job(NamedTuple):
-    """Everything one group commit writes."""
+    """Everything one group commit writes (every batch sealed). ``fd``/``handle``: the writer
+    segment's fd and its sync handle."""
 
     number: int
     actions: list[PendingBatch | Roll]
     last_seq: int
     seg: Segment
     fd: int
+    handle: int
     size: int
     sync: bool
 
@@ -102,16 +203,19 @@ class Job(NamedTuple):
 class JobResult(NamedTuple):
     batch_pos: list[int]
     sizes: list[tuple[Segment, int]]
-    fds: list[tuple[Segment, int]]
+    opened: list[tuple[Segment, int, int]]  # new segment, its fd, its sync handle
+    syncs: int  # fdatasyncs of segment files done
 
 
-def run_job(io: SegmentIO, job: Job, compressor: Any) -> JobResult:
-    """Write (and fsync) a job. Runs in the flusher thread. Raises ``OSError`` on I/O failure
-    (the store then fails closed) or ``StorageError`` if the layout drifted (a bug)."""
+async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -> JobResult:
+    """Write a job on the loop and make it durable through ``sync`` (see the module docstring
+    for the ordering). Raises ``OSError`` on I/O failure (the store then fails closed) or
+    ``StorageError`` if the layout drifted (a bug). ``dir_handle`` is the store directory's."""
     batch_pos: list[int] = []
     sizes: list[tuple[Segment, int]] = []
-    fds: list[tuple[Segment, int]] = []
-    seg, fd, size = job.seg, job.fd, job.size
+    opened: list[tuple[Segment, int, int]] = []
+    syncs = 0
+    seg, fd, handle, size = job.seg, job.fd, job.handle, job.size
     bufs: list[bytes] = []
     try:
         for act in job.actions:
@@ -119,14 +223,23 @@ def run_job(io: SegmentIO, job: Job, compressor: Any) -> JobResult:
                 if bufs:
                     io.write(fd, bufs)
                     bufs = []
-                io.sync(fd)
+                # ORDER: the old segment is complete on disk before the new file exists.
+                await sync.fdatasync(handle)
+                syncs += 1
                 sizes.append((seg, size))
                 new_fd = io.open(act.new.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
-                fds.append((act.new, new_fd))
-                io.sync_dir(act.new.dir)
-                seg, fd, size = act.new, new_fd, 0
+                try:
+                    new_handle = sync.register(new_fd)
+                except BaseException:
+                    io.close(new_fd)
+                    raise
+                opened.append((act.new, new_fd, new_handle))
+                await sync.fsync(dir_handle)  # the new file's directory entry
+                seg, fd, handle, size = act.new, new_fd, new_handle, 0
                 continue
-            hdr, body = seal_pending(act, compressor).parts
+            if not act.sealed:
+                raise StorageError("internal: unsealed batch in a job")
+            hdr, body = act.parts
             if act.pos >= 0 and act.pos != size:
                 raise StorageError(f"internal: batch expected at {act.pos}, segment is {size} bytes")
             batch_pos.append(size)
@@ -136,13 +249,17 @@ def run_job(io: SegmentIO, job: Job, compressor: Any) -> JobResult:
         if bufs:
             io.write(fd, bufs)
         if job.sync:
-            io.sync(fd)
+            await sync.fdatasync(handle)
+            syncs += 1
     except BaseException:
-        for _, nfd in fds:
+        # Includes cancellation (a failed or abandoned store): files this job created are
+        # closed; a new segment file that already exists is handled by recovery.
+        for _, nfd, nh in opened:
+            sync.forget(nh)
             try:
                 io.close(nfd)
             except OSError:
                 pass
         raise
     sizes.append((seg, size))
-    return JobResult(batch_pos, sizes, fds)
+    return JobResult(batch_pos, sizes, opened, syncs)

@@ -2,23 +2,26 @@
 layout, ``recovery.py`` for opening, ``commit.py`` for group commit, ``compaction.py`` for the
 rewrite rules and the op invariant).
 
-Threads: one flusher thread (batch writes and fsyncs only, so commits never wait behind other
-file work) and one maintenance thread (index files of sealed segments, segment deletion,
-rewrites). Every in-memory structure is mutated on the loop only; threads get immutable
+Where work runs: the commit path (seal, write, sync) runs on the loop, with the fsyncs done by
+the per-loop helper process of ``syncer.py`` (no thread of this process is involved, so a busy
+loop cannot starve it of the GIL). One maintenance thread does index files of sealed segments,
+segment deletion and rewrites; one store thread handles the rare big compressions and index
+writes at close. Every in-memory structure is mutated on the loop only; threads get immutable
 snapshots and return results that the loop applies.
 
 Write path: ``append`` encodes the record (with its CRC) into the open batch at once and
 indexes it; the record is readable immediately (served from memory until written). The
-flusher takes everything pending as one job (group commit); after the write and fdatasync it
-advances ``committed_seq`` and calls the commit listeners on the loop. A write or fsync error
-fails the store for good (no retry: after a failed fsync the page cache state is unknown).
+flusher takes everything pending as one job (group commit, ``commit.run_job``): it writes it
+on the loop and awaits one fdatasync from the helper, then advances ``committed_seq`` and calls
+the commit listeners. A write or fsync error fails the store for good (no retry: after a failed
+fsync the page cache state is unknown). A dead helper is not an fsync error: the syncer
+restarts it and re-issues the syncs it did not answer (see ``syncer.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -33,13 +36,24 @@ from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
 from jetlog.log.base import IndexedStore
-from jetlog.log.commit import Job, JobResult, OpenBatch, PendingBatch, Roll, run_job, seal_pending
+from jetlog.log.commit import (
+    Job,
+    JobResult,
+    OpenBatch,
+    PendingBatch,
+    Roll,
+    StoreSync,
+    run_job,
+    seal_compressed,
+    seal_pending,
+)
 from jetlog.log.compaction import delete_segments, rewrite_segment
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
-from jetlog.log.recovery import Recovered, build_index, recover, write_idx_file
-from jetlog.log.segment import AUX_MASK, COMPRESSED, OsIO, Segment, SegmentIO
+from jetlog.log.recovery import Recovered, build_index, prepare_dir, recover, write_idx_file
+from jetlog.log.segment import COMPRESSED, OsIO, Segment, SegmentIO, read_record
 from jetlog.log.store import RecoveryReport, StoredMsg
+from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
 from jetlog.wire import records as rc
 
 log = logging.getLogger("jetlog.log.filestore")
@@ -51,26 +65,8 @@ _TTL = rc.TTL
 _HDR = rc.HEADER_SIZE
 _SPLIT = rc.SPLIT_BODY
 _FD_CACHE = 64
-_BODY_CACHE = 8
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore"]
-
-
-def _prepare_dir(path: str, io: SegmentIO) -> int:
-    """Create the store directory if needed (durably) and lock it; return the lock fd."""
-    try:
-        if not os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
-            io.sync_dir(os.path.dirname(os.path.abspath(path)))  # the directory entry is durable
-        lock_fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise StorageError(f"cannot use store directory {path}: {exc}") from exc
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(lock_fd)
-        raise StorageError(f"store directory {path} is in use by another process") from exc
-    return lock_fd
 
 
 class FileStore(IndexedStore):
@@ -91,6 +87,8 @@ class FileStore(IndexedStore):
         sync_interval: float,
         auto_compact: bool,
         compact_threshold: float,
+        syncer: SyncService | str,
+        owned_syncer: Syncer | None = None,
     ) -> None:
         super().__init__(ix)
         self.path = path
@@ -105,6 +103,16 @@ class FileStore(IndexedStore):
         self._seg = self._segs[-1]
         self._wseg = self._seg
         self._seg.fd = io.open(self._seg.path, os.O_RDWR | os.O_APPEND)
+        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-store")
+        # "helper" was resolved by ``open``; "thread" syncs in this store's thread
+        service = ThreadSync(io, self._exec) if isinstance(syncer, str) else syncer
+        try:
+            self._ss = StoreSync(io, service, path, self._seg.fd, owned_syncer)
+        except BaseException:
+            self._exec.shutdown(wait=False)
+            self._io.close(self._seg.fd)
+            self._seg.fd = None
+            raise
         self._ob = OpenBatch(self._seg, self._seg.size, ix.last_seq)
         self._queue: list[PendingBatch | Roll] = []
         self._pend: dict[int, tuple[bytes, bytes]] = {}
@@ -121,7 +129,6 @@ class FileStore(IndexedStore):
         self._unsynced = False
         self._last_sync = time.monotonic_ns()
         self._wake = asyncio.Event()
-        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-flush")
         self._cctx = zstandard.ZstdCompressor(level=3) if compression else None
         self._dctx = zstandard.ZstdDecompressor()
         self._fd_lru: OrderedDict[Segment, None] = OrderedDict()
@@ -155,6 +162,7 @@ class FileStore(IndexedStore):
         verify: bool = True,
         auto_compact: bool = True,
         compact_threshold: float = 0.5,
+        syncer: SyncService | str = "helper",
     ) -> FileStore:
         """Open (creating if needed) the store in directory ``path`` and recover it.
 
@@ -164,20 +172,30 @@ class FileStore(IndexedStore):
         only applies to a new store. ``verify`` checks every batch CRC on open even where an
         index file is valid. Raises ``StorageError`` for an unusable directory; corruption
         never raises (see ``recovery``).
+
+        ``syncer``: ``"helper"`` (the loop's shared fsync helper process, ``syncer.py``),
+        ``"thread"`` (fsync in a thread of this process: the old path, slow under a busy loop)
+        or any ``SyncService`` (owned by the caller; tests inject failures this way).
         """
         if fsync not in ("always", "interval"):
             raise ValueError(f"fsync must be 'always' or 'interval', not {fsync!r}")
+        if isinstance(syncer, str) and syncer not in ("helper", "thread"):
+            raise ValueError(f"syncer must be 'helper', 'thread' or a SyncService, not {syncer!r}")
         if not 4096 <= segment_bytes <= 1 << 30:
             raise ValueError("segment_bytes must be between 4 KiB and 1 GiB")
         sio: SegmentIO = io if io is not None else OsIO()
-        lock_fd = await asyncio.to_thread(_prepare_dir, path, sio)
+        lock_fd = await asyncio.to_thread(prepare_dir, path, sio)
 
         def _recover() -> tuple[Recovered, Index]:
             rec = recover(path, sio, verify=verify, first_seq=first_seq)
             return rec, build_index(rec)
 
+        owned: Syncer | None = None
         try:
             rec, ix = await asyncio.to_thread(_recover)
+            if syncer == "helper":
+                owned = acquire_syncer()
+                syncer = owned
             return cls(
                 path,
                 sio,
@@ -190,12 +208,15 @@ class FileStore(IndexedStore):
                 sync_interval=sync_interval,
                 auto_compact=auto_compact,
                 compact_threshold=compact_threshold,
+                syncer=syncer,
+                owned_syncer=owned,
             )
-        except OSError as exc:
+        except BaseException as exc:
             os.close(lock_fd)
-            raise StorageError(f"cannot open store {path}: {exc}") from exc
-        except BaseException:
-            os.close(lock_fd)
+            if owned is not None:
+                await owned.release()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot open store {path}: {exc}") from exc
             raise
 
     # ---- state --------------------------------------------------------------------------
@@ -212,6 +233,16 @@ class FileStore(IndexedStore):
     def maintenance(self) -> Maintenance:
         """The background retention/compaction runner (counters, ``wait_until``)."""
         return self._maint
+
+    @property
+    def syncer(self) -> SyncService:
+        """The sync service this store uses (the loop's shared ``Syncer`` by default)."""
+        return self._ss.service
+
+    @property
+    def syncs(self) -> int:
+        """fdatasyncs of segment files done for commits (tests, metrics)."""
+        return self._ss.syncs
 
     @property
     def segments(self) -> list[Segment]:
@@ -386,14 +417,14 @@ class FileStore(IndexedStore):
                         timer.cancel()
                     if not self._has_pending():
                         if self._unsynced and time.monotonic_ns() - self._last_sync >= self._sync_interval:
-                            fd = self._wseg.fd
-                            assert fd is not None
-                            await loop.run_in_executor(self._exec, self._io.sync, fd)
+                            await self._ss.sync_writer()  # interval mode's periodic sync
                             self._last_sync = time.monotonic_ns()
                             self._unsynced = False
                         continue
                 job = self._take()
-                res = await loop.run_in_executor(self._exec, run_job, self._io, job, self._cctx)
+                if self._compressed:
+                    job = job._replace(actions=await seal_compressed(job.actions, self._cctx, self._exec))
+                res = await run_job(self._io, self._ss.service, self._ss.dir, job)
                 self._commit(job, res)
         except asyncio.CancelledError:
             raise
@@ -415,17 +446,28 @@ class FileStore(IndexedStore):
         sync = self._always or time.monotonic_ns() - self._last_sync >= self._sync_interval
         fd = self._wseg.fd
         assert fd is not None
-        return Job(self._jobs_taken, actions, self._ix.last_seq, self._wseg, fd, self._wseg.size, sync)
+        return Job(
+            self._jobs_taken,
+            actions,
+            self._ix.last_seq,
+            self._wseg,
+            fd,
+            self._ss.writer,
+            self._wseg.size,
+            sync,
+        )
 
     def _commit(self, job: Job, res: JobResult) -> None:
         it = iter(res.batch_pos)
-        fds = dict(res.fds)
+        opened = {seg: (fd, h) for seg, fd, h in res.opened}
+        self._ss.syncs += res.syncs
         for act in job.actions:
             if isinstance(act, Roll):
                 act.old.sealed = True
                 self._schedule_index(act.old)
                 self._track_fd(act.old)
-                act.new.fd = fds[act.new]
+                act.new.fd, handle = opened[act.new]
+                self._ss.rolled(handle)
                 self._wseg = act.new
                 continue
             bpos = next(it)
@@ -489,11 +531,7 @@ class FileStore(IndexedStore):
         aux = blk.aux[i]
         try:
             fd = seg.fd if seg.fd is not None else self._open_fd(seg)
-            if aux & COMPRESSED:
-                body = self._compressed_body(seg, fd, pos)
-                r, _ = rc.decode_record(body, aux & AUX_MASK)
-            else:
-                r, _ = rc.decode_record(self._io.pread(fd, aux, pos), 0)
+            r = read_record(self._io, seg, fd, pos, aux, self._dctx, self._bodies)
         except rc.BatchError as exc:
             raise CorruptSegmentError(seg.path, pos, exc.reason) from exc
         except OSError as exc:
@@ -501,23 +539,6 @@ class FileStore(IndexedStore):
         if r.seq != seq:
             raise CorruptSegmentError(seg.path, pos, f"index expects sequence {seq}, record has {r.seq}")
         return StoredMsg(seq, r.subject, r.hdr, r.data, r.ts)
-
-    def _compressed_body(self, seg: Segment, fd: int, pos: int) -> bytes:
-        key = (seg.base, seg.gen, pos)
-        body = self._bodies.get(key)
-        if body is not None:
-            self._bodies.move_to_end(key)
-            return body
-        h = rc.decode_header(self._io.pread(fd, _HDR, pos))
-        stored = self._io.pread(fd, h.body_len, pos + _HDR)
-        if len(stored) != h.body_len or crc32c(stored) != h.body_crc:
-            raise rc.BatchError(pos, "batch body does not match its header", torn=False)
-        raw = rc.raw_body(h, stored, self._dctx, pos)
-        body = raw if isinstance(raw, bytes) else bytes(raw)
-        self._bodies[key] = body
-        if len(self._bodies) > _BODY_CACHE:
-            self._bodies.popitem(last=False)
-        return body
 
     def _open_fd(self, seg: Segment) -> int:
         fd = seg.fd = self._io.open(seg.path, os.O_RDONLY)
@@ -570,7 +591,7 @@ class FileStore(IndexedStore):
             await self._maint.stop()
             if self._failed is None and self._unsynced and self._wseg.fd is not None:
                 try:  # interval mode: what was written since the last sync becomes durable now
-                    await asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._wseg.fd)
+                    await self._ss.sync_writer()
                 except OSError as exc:
                     self._fail(exc)
             if self._failed is None:
@@ -587,14 +608,17 @@ class FileStore(IndexedStore):
                 await self._flusher
             await self._maint.indexes_written()
             await self._maint.stop()
-        self._shutdown()
+        await self._shutdown()
 
-    def _shutdown(self) -> None:
+    async def _shutdown(self) -> None:
+        # The store thread first: with ``syncer="thread"`` a cancelled job's sync may still run
+        # there on our fds.
         self._exec.shutdown(wait=True)
         for seg in self._segs:
             self._close_fd(seg)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
+        await self._ss.close()
 
     async def destroy(self) -> None:
         await self.close()
@@ -609,4 +633,4 @@ class FileStore(IndexedStore):
             await self._flusher
         await self._maint.cancel_indexes()
         await self._maint.stop()
-        self._shutdown()
+        await self._shutdown()

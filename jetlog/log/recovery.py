@@ -26,6 +26,7 @@ reappear after a quarantine (they are real messages of the stream, never wrong b
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import time
@@ -80,6 +81,23 @@ def _lose(out: Recovered, first: int, last: int) -> None:
         log.error("lost sequence list capped at %d entries", LOST_SEQS_CAP)
         last = first + room - 1
     out.lost.extend(range(first, last + 1))
+
+
+def prepare_dir(path: str, io: SegmentIO) -> int:
+    """Create the store directory if needed (durably) and lock it; return the lock fd."""
+    try:
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            io.sync_dir(os.path.dirname(os.path.abspath(path)))  # the directory entry is durable
+        lock_fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot use store directory {path}: {exc}") from exc
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise StorageError(f"store directory {path} is in use by another process") from exc
+    return lock_fd
 
 
 def list_segments(path: str, io: SegmentIO) -> list[int]:

@@ -34,6 +34,7 @@ import os
 import struct
 import sys
 from array import array
+from collections import OrderedDict
 from typing import Any, Protocol
 
 from crc32c import crc32c
@@ -45,6 +46,7 @@ IDX_MAGIC = b"JLX\x01"
 IDX_VERSION = 1
 COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
 AUX_MASK = 0x7FFFFFFF
+BODY_CACHE = 8  # decompressed batch bodies a store keeps for reads
 _LITTLE = sys.byteorder == "little"
 
 
@@ -142,6 +144,38 @@ def read_file(io: SegmentIO, path: str) -> bytes:
         return b"".join(parts)
     finally:
         io.close(fd)
+
+
+def read_record(
+    io: SegmentIO,
+    seg: Segment,
+    fd: int,
+    pos: int,
+    aux: int,
+    dctx: Any,
+    bodies: OrderedDict[tuple[int, int, int], bytes],
+) -> rc.Record:
+    """The record an index entry ``(pos, aux)`` of ``seg`` points at, read through ``fd``.
+
+    A record in a compressed batch (``aux & COMPRESSED``) is cut from the batch's decompressed
+    body, which is cached in ``bodies`` (an LRU of ``BODY_CACHE`` entries keyed by segment base,
+    generation and offset). Raises ``rc.BatchError`` when a checksum does not match."""
+    if not aux & COMPRESSED:
+        return rc.decode_record(io.pread(fd, aux, pos), 0)[0]
+    key = (seg.base, seg.gen, pos)
+    body = bodies.get(key)
+    if body is not None:
+        bodies.move_to_end(key)
+    else:
+        h = rc.decode_header(io.pread(fd, rc.HEADER_SIZE, pos))
+        stored = io.pread(fd, h.body_len, pos + rc.HEADER_SIZE)
+        if len(stored) != h.body_len or crc32c(stored) != h.body_crc:
+            raise rc.BatchError(pos, "batch body does not match its header", torn=False)
+        raw = rc.raw_body(h, stored, dctx, pos)
+        body = bodies[key] = raw if isinstance(raw, bytes) else bytes(raw)
+        if len(bodies) > BODY_CACHE:
+            bodies.popitem(last=False)
+    return rc.decode_record(body, aux & AUX_MASK)[0]
 
 
 class Segment:

@@ -6,8 +6,8 @@ and makes mutations durable. It knows nothing about JetStream policy: the stream
 (``jetlog.stream``) decides what to append and what to evict, and calls the store.
 
 Threading: every method is called on the event loop thread. A store may run blocking work
-(write + fsync, segment rewrites, cold reads) in worker threads internally, but its in-memory
-state is only mutated on the loop.
+(fsync, segment rewrites, cold reads) in worker threads or helper processes internally, but its
+in-memory state is only mutated on the loop.
 
 Durability: mutations take effect in memory at once. For a file store they become durable at the
 next group commit; ``committed_seq`` and the commit listeners report progress. Everything a
@@ -19,11 +19,14 @@ Implementations (``jetlog.log``) and what they add beyond this protocol:
 
 - ``await FileStore.open(path, *, compression=False, fsync="always", segment_bytes=64 MiB,
   first_seq=1, sync_interval=1.0, io=None, verify=True, auto_compact=True,
-  compact_threshold=0.5)``; ``fsync="interval"`` reports commits after the write and fsyncs at
-  most every ``sync_interval`` seconds (can lose acknowledged data on power failure).
+  compact_threshold=0.5, syncer="helper")``; ``fsync="interval"`` reports commits after the
+  write and fsyncs at most every ``sync_interval`` seconds (can lose acknowledged data on power
+  failure). ``syncer``: who runs fsyncs — ``"helper"`` (a helper process shared by the stores
+  of the loop, ``jetlog.log.syncer``), ``"thread"`` or a ``SyncService``.
   Extras: ``recovery`` (the ``RecoveryReport`` of this open), ``failed`` (the I/O error that
   fenced the store, or None), ``epoch`` (leader epoch stamped on new batches; settable),
-  ``await compact()`` (run retention and compaction now), ``segments``, ``maintenance``.
+  ``await compact()`` (run retention and compaction now), ``segments``, ``maintenance``,
+  ``syncer``, ``syncs`` (segment fdatasyncs done by the commit path).
 - ``MemStore(first_seq=1)`` (or ``await MemStore.open(first_seq=1)``): commits are reported
   on the next loop iteration after a mutation.
 - A failed store (write or fsync error) raises ``StreamUnavailableError`` on every mutation and

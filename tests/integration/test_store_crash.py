@@ -29,6 +29,7 @@ async def main(path, compression):
         out.write(f"C {seq}\n")
         out.flush()
     store.add_commit_listener(on_commit)
+    out.write(f"H {store.syncer.pid}\n")  # the fsync helper process
     out.write(f"O {store.last_seq}\n")
     out.flush()
     rounds = 0
@@ -55,9 +56,19 @@ def payload(seq: int) -> bytes:
     return hashlib.blake2b(str(seq).encode()).digest() * (1 + seq % 7)
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie waiting for whoever adopted it (the killed writer was its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int, int, int]:
     """Run the writer until it reported ``kill_after`` commits, SIGKILL it; return (highest
-    reported commit, highest durable purge cutoff, highest purge cutoff it may have issued)."""
+    reported commit, highest durable purge cutoff, highest purge cutoff it may have issued).
+    Also checks that the writer's fsync helper process does not outlive it."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -72,6 +83,7 @@ async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int
     assert proc.stdout is not None
     committed = purged = intent = 0
     commits = 0
+    helper = 0
     killed = False
     while True:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)
@@ -87,10 +99,18 @@ async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int
             purged = max(purged, v)
         elif kind == b"p":
             intent = max(intent, v)
+        elif kind == b"H":
+            helper = v
         if commits >= kill_after and not killed:
             proc.send_signal(signal.SIGKILL)  # lines already in the pipe still count
             killed = True
     assert await asyncio.wait_for(proc.wait(), 30) == -signal.SIGKILL
+    assert helper > 0
+    for _ in range(500):  # its socket reads EOF when the writer dies: it exits
+        if _exited(helper):
+            break
+        await asyncio.sleep(0.01)
+    assert _exited(helper), f"fsync helper {helper} outlived its killed writer"
     return committed, purged, intent
 
 

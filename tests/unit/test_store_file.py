@@ -15,6 +15,7 @@ import pytest
 
 from jetlog.errors import StorageError, StreamUnavailableError
 from jetlog.log import FileStore, OsIO
+from jetlog.log.syncer import Syncer, SyncService
 from jetlog.wire import records as rc
 from tests.unit.test_store_model import Model, check_store
 
@@ -91,7 +92,6 @@ class FlakyIO(OsIO):
         self.fail_sync = False
         self.fail_write = False
         self.syncs = 0
-        self.synced = threading.Event()
 
     def write(self, fd: int, bufs: list[bytes]) -> None:
         if self.fail_write:
@@ -103,7 +103,30 @@ class FlakyIO(OsIO):
         if self.fail_sync:
             raise OSError(errno.EIO, "injected fsync failure")
         super().sync(fd)
-        self.synced.set()
+
+
+class FlakySync:
+    """A ``SyncService`` wrapper whose directory fsyncs can be made to fail."""
+
+    def __init__(self, inner: SyncService) -> None:
+        self.inner = inner
+        self.fail_dir = False
+        self.dir_syncs = 0
+
+    def register(self, fd: int) -> int:
+        return self.inner.register(fd)
+
+    def forget(self, handle: int) -> None:
+        self.inner.forget(handle)
+
+    async def fdatasync(self, handle: int) -> None:
+        await self.inner.fdatasync(handle)
+
+    async def fsync(self, handle: int) -> None:
+        self.dir_syncs += 1
+        if self.fail_dir:
+            raise OSError(errno.EIO, "injected directory fsync failure")
+        await self.inner.fsync(handle)
 
 
 # ---- opening --------------------------------------------------------------------------------
@@ -318,20 +341,29 @@ async def test_read_verifies_record_crc(tmp_path: Path) -> None:
 # ---- failures -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("what", ["sync", "write"])
+@pytest.mark.parametrize("what", ["write", "helper-sync", "thread-sync"])
 async def test_io_failure_fails_closed(tmp_path: Path, what: str) -> None:
+    """A failing write (on the loop) or fdatasync (an errno reported by the helper process, or
+    raised in the thread path) fails the store closed; nothing after it is acknowledged."""
     io = FlakyIO()
-    store = await _open(tmp_path, io=io)
+    store = await _open(tmp_path, io=io, syncer="thread" if what == "thread-sync" else "helper")
     seen: list[int] = []
     store.add_commit_listener(seen.append)
     store.append("a.b", b"", b"ok", 1)
     await store.flush()
     assert seen == [1] and store.committed_seq == 1
-    setattr(io, f"fail_{what}", True)
+    if what == "write":
+        io.fail_write = True
+    elif what == "thread-sync":
+        io.fail_sync = True
+    else:
+        assert isinstance(store.syncer, Syncer) and store.syncer.mode == "helper"
+        store.syncer.inject_error(errno.EIO)
     store.append("a.b", b"", b"doomed", 2)
     with pytest.raises(StreamUnavailableError):
         await store.flush()
-    assert store.failed is not None and "injected" in str(store.failed)
+    assert store.failed is not None
+    assert "injected" in str(store.failed) or "fsync helper" in str(store.failed)
     assert seen == [1] and store.committed_seq == 1
     with pytest.raises(StreamUnavailableError):
         store.append("a.b", b"", b"no", 3)
@@ -350,27 +382,57 @@ async def test_io_failure_fails_closed(tmp_path: Path, what: str) -> None:
     await store.close()
 
 
-async def test_interval_mode_commits_after_write_and_syncs_later(tmp_path: Path) -> None:
-    io = FlakyIO()
-    store = await _open(tmp_path, io=io, fsync="interval", sync_interval=3600.0, segment_bytes=1 << 20)
-    base = io.syncs
+async def test_dir_fsync_failure_at_roll_fails_closed(tmp_path: Path) -> None:
+    """The directory fsync after a segment roll is part of the commit: if it fails, nothing
+    written to the new segment is acknowledged and the store fails closed."""
+    st0 = await _open(tmp_path / "other")  # keeps the loop's helper alive for the wrapper
+    flaky = FlakySync(st0.syncer)
+    store = await _open(tmp_path / "s", syncer=flaky)
+    seen: list[int] = []
+    store.add_commit_listener(seen.append)
+    model = Model()
+    await _fill(store, model, 5)
+    await store.flush()
+    committed = store.committed_seq
+    assert len(store.segments) == 1 and flaky.dir_syncs == 0
+    flaky.fail_dir = True
+    await _fill(store, model, 60)  # rolls at least once
+    with pytest.raises(StreamUnavailableError):
+        await store.flush()
+    assert flaky.dir_syncs == 1 and "directory fsync" in str(store.failed)
+    assert store.committed_seq == committed and seen[-1] == committed
+    await store.close()
+    await st0.close()
+    store = await _open(tmp_path / "s")
+    assert store.last_seq >= committed
+    for s in range(1, committed + 1):
+        assert store.load(s) == model.msg(s)
+    await store.close()
+
+
+@pytest.mark.parametrize("syncer", ["helper", "thread"])
+async def test_interval_mode_commits_after_write_and_syncs_later(tmp_path: Path, syncer: str) -> None:
+    store = await _open(
+        tmp_path, fsync="interval", sync_interval=3600.0, segment_bytes=1 << 20, syncer=syncer
+    )
     seen: list[int] = []
     store.add_commit_listener(seen.append)
     for i in range(50):
         store.append("a.b", b"", b"x", i)
         await store.flush()
     assert seen[-1] == 50 and store.committed_seq == 50
-    assert io.syncs - base <= 1  # at most the first one; no per-commit fsync
+    assert store.syncs <= 1  # at most the first one; no per-commit fsync
     await store.close()
-    io = FlakyIO()
-    store = await _open(tmp_path, io=io, fsync="interval", sync_interval=0.3, segment_bytes=1 << 20)
-    io.synced.clear()
-    before = io.syncs
+    store = await _open(tmp_path, fsync="interval", sync_interval=0.3, segment_bytes=1 << 20, syncer=syncer)
+    assert store.syncs == 0
     store.append("a.b", b"", b"x", 99)
     await store.flush()  # reported committed without an fsync ...
-    assert store.committed_seq == 51 and io.syncs == before
-    assert await asyncio.to_thread(io.synced.wait, 5.0)  # ... which the timer does soon after
-    assert io.syncs == before + 1
+    assert store.committed_seq == 51 and store.syncs == 0
+    for _ in range(500):  # ... which the timer does soon after
+        if store.syncs:
+            break
+        await asyncio.sleep(0.01)
+    assert store.syncs == 1
     await store.close()
 
 

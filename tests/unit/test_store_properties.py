@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import jetlog.log.index as index_mod
 from jetlog.log import FileStore, MemStore
+from jetlog.log.syncer import Syncer, acquire_syncer
 from tests.unit.test_store_model import FILTERS, SUBJECTS, Model, check_store
 
 HDR = b"NATS/1.0\r\nX: y\r\n\r\n"
@@ -77,7 +78,11 @@ class MemMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.store is not None:
             self.run(self.store.close())
+        self.before_loop_close()
         self.loop.close()
+
+    def before_loop_close(self) -> None:
+        """Hook: release what belongs to this example's loop."""
 
     # ---- mutations ------------------------------------------------------------------------
     @rule(
@@ -146,6 +151,16 @@ class FileMachine(MemMachine):
         self.dir = tempfile.mkdtemp(prefix="jetlog-prop-")
         self.history: list[Model] = []
         self.sizes: dict[str, int] = {}
+        # One reference for the whole example: reopening a store then reuses the loop's fsync
+        # helper instead of starting a new process each time (that path has its own tests).
+        self.syncer: Syncer = self.run(self._acquire())
+
+    @staticmethod
+    async def _acquire() -> Syncer:
+        return acquire_syncer()
+
+    def before_loop_close(self) -> None:
+        self.run(self.syncer.release())
 
     async def _open(self) -> Any:
         return await FileStore.open(

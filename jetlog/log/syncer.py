@@ -1,0 +1,446 @@
+"""fsync off the event loop without a second thread of this process: a helper *process*.
+
+Why: a group commit must wait for ``fdatasync``. Done in a worker thread (``run_in_executor``),
+the thread needs this process's GIL to report completion, and a busy event loop (the normal
+state under publish load) keeps it away: on a 2-vCPU VM an fsync that takes 0.3 ms took
+hundreds of milliseconds to seconds to be reported. A helper process has its own GIL; the loop
+only does non-blocking socket I/O (``loop.add_reader``) to talk to it.
+
+``Syncer`` (one per event loop, shared by every ``FileStore`` on it, refcounted through
+``acquire_syncer``/``Syncer.release``) starts ``syncworker.py`` with one end of a socketpair,
+passes it file descriptors once (``SCM_RIGHTS``) and then asks for ``fdatasync(handle)`` /
+``fsync(handle)`` (directories) by handle. See ``syncworker`` for the wire protocol.
+
+File descriptor lifetime (the dangerous part):
+- Files are passed as fds, never as paths: compaction renames files over others, and a path
+  opened later could name a different inode than the one the store writes.
+- ``register`` duplicates the caller's fd and keeps the duplicate until ``forget`` *and* every
+  sync of that handle has finished. The caller may close its own fd right after ``forget``;
+  fd-number reuse by the caller can never redirect a sync, because requests name handles
+  (never reused) and the helper and this class hold their own references to the open file.
+  The duplicate is also what re-registers the file with a restarted helper and what the thread
+  fallback syncs.
+
+Helper failure:
+- Death is seen as EOF/error on the socket or through a pidfd. Requests without a reply stay
+  pending (they are *not* reported as successful, and not as failed), the helper is restarted
+  with backoff, every live handle is re-registered and the pending requests are sent again.
+  Re-issuing is safe: a sync only makes durable what is already written, and nothing reported
+  an I/O error. Residual risk: if the helper's fdatasync *failed* and the helper died before
+  the reply left, the error was consumed by the dead process (the kernel reports a writeback
+  error once per open file) and the re-issued sync may succeed. That needs a SIGKILL within
+  microseconds of an I/O error.
+- A sync that the helper answers with an errno is a real I/O error: ``fdatasync`` raises
+  ``OSError`` and the store fails closed (no retry: after a failed fsync the page cache state is
+  unknown).
+- After ``MAX_RESTARTS`` consecutive failures (a helper that cannot start, or dies before its
+  hello), syncs fall back to a thread executor (logged), and a new helper is tried again every
+  ``FALLBACK_RETRY`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import itertools
+import logging
+import math
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from jetlog.log import syncworker as wire
+from jetlog.log.helperproc import HelperProcess
+from jetlog.log.segment import SegmentIO
+
+log = logging.getLogger("jetlog.log.syncer")
+
+MAX_RESTARTS = 3
+BACKOFF = (0.02, 0.2, 1.0)  # seconds before restart attempt 1, 2, 3
+FALLBACK_RETRY = 60.0
+_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syncworker.py")
+
+__all__ = ["SyncService", "Syncer", "ThreadSync", "acquire_syncer", "helper_command"]
+
+
+class SyncService(Protocol):
+    """How a store makes files durable. Handles are small ints naming registered fds."""
+
+    def register(self, fd: int) -> int:
+        """Start tracking ``fd`` (a regular file or a directory); return its handle."""
+        ...
+
+    def forget(self, handle: int) -> None:
+        """Stop tracking a handle (no sync of it may be awaited any more)."""
+        ...
+
+    async def fdatasync(self, handle: int) -> None:
+        """Make the file's written data durable; ``OSError`` on an I/O error."""
+        ...
+
+    async def fsync(self, handle: int) -> None:
+        """``fsync`` (used for directory fds: creates, renames, unlinks)."""
+        ...
+
+
+def helper_command(fd: int) -> list[str]:
+    """The helper's command line (tests replace this to make the helper unstartable).
+
+    ``-I -S``: no site, no user paths, no ``PYTHONPATH`` — the worker uses the stdlib only and
+    starts in a few tens of milliseconds."""
+    return [sys.executable, "-I", "-S", _WORKER, str(fd)]
+
+
+def _sync_fd(fd: int, op: int) -> int:
+    """Thread fallback: one sync, the errno as a result (0 = success)."""
+    try:
+        if op == wire.OP_FSYNC:
+            os.fsync(fd)
+        else:
+            os.fdatasync(fd)
+    except OSError as exc:
+        return exc.errno or errno.EIO
+    return 0
+
+
+class ThreadSync:
+    """``SyncService`` on a thread executor through a ``SegmentIO`` (the pre-helper path, kept
+    for ``FileStore.open(syncer="thread")``, tests and benchmarks). It pays the GIL hand-off
+    described in the module docstring on every sync."""
+
+    def __init__(self, io: SegmentIO, executor: ThreadPoolExecutor) -> None:
+        self._io = io
+        self._exec = executor
+        self._fds: dict[int, int] = {}
+        self._ids = itertools.count(1)
+
+    def register(self, fd: int) -> int:
+        h = next(self._ids)
+        self._fds[h] = fd  # the store keeps its fd open until after ``forget``
+        return h
+
+    def forget(self, handle: int) -> None:
+        self._fds.pop(handle, None)
+
+    async def fdatasync(self, handle: int) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._fds[handle])
+
+    async def fsync(self, handle: int) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._exec, os.fsync, self._fds[handle])
+
+
+class _Handle:
+    """A registered fd. ``fd`` is our duplicate: closed once forgotten *and* idle, so a running
+    sync (thread fallback) never touches a closed or reused fd number."""
+
+    __slots__ = ("fd", "forgotten", "inflight")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.inflight = 0
+        self.forgotten = False
+
+
+class _Req:
+    """One sync request (awaited through ``fut``)."""
+
+    __slots__ = ("fut", "h", "handle", "op", "rid")
+
+    def __init__(self, rid: int, op: int, handle: int, h: _Handle, fut: asyncio.Future[None]) -> None:
+        self.rid = rid
+        self.op = op
+        self.handle = handle
+        self.h = h
+        self.fut = fut
+
+
+# Syncer states
+_HELPER, _RESTARTING, _THREAD, _CLOSED = "helper", "restarting", "thread", "closed"
+
+
+class Syncer:
+    """The fsync service of one event loop (see the module docstring). Get it with
+    ``acquire_syncer()``; give it back with ``await syncer.release()``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._refs = 0
+        self._handles: dict[int, _Handle] = {}
+        self._handle_ids = itertools.count(1)
+        self._rids = itertools.count(1)  # 0 is the hello
+        self._pending: dict[int, _Req] = {}  # for a helper (sent, or to send once one is up)
+        self._threaded = 0  # requests running in the fallback executor
+        self._helper: HelperProcess | None = None
+        self._state = _RESTARTING
+        self._fails = 0  # consecutive helper failures since the last hello
+        self._restart_task: asyncio.Task[None] | None = None
+        self._reapers: set[asyncio.Task[None]] = set()
+        self._exec: ThreadPoolExecutor | None = None
+        self._retry_at = math.inf
+        self._inject = (0, 0)  # (errno, count) for the thread fallback / the next helper
+        self.stats = {"syncs": 0, "errors": 0, "restarts": 0, "reissued": 0, "fallbacks": 0, "threaded": 0}
+
+    # ---- public ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running helper (None while restarting, in fallback or closed)."""
+        return self._helper.pid if self._helper is not None else None
+
+    @property
+    def mode(self) -> str:
+        """``"helper"``, ``"restarting"``, ``"thread"`` (fallback) or ``"closed"``."""
+        return self._state
+
+    def register(self, fd: int) -> int:
+        if self._state == _CLOSED:
+            raise RuntimeError("syncer is closed")
+        handle = next(self._handle_ids)
+        h = self._handles[handle] = _Handle(os.dup(fd))
+        if self._helper is not None:
+            self._helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
+        return handle
+
+    def forget(self, handle: int) -> None:
+        h = self._handles.pop(handle, None)
+        if h is None:
+            return
+        h.forgotten = True
+        if self._helper is not None:
+            self._helper.send(wire.REQ.pack(wire.OP_FORGET, handle, 0))
+        if not h.inflight:
+            os.close(h.fd)
+
+    async def fdatasync(self, handle: int) -> None:
+        await self._request(wire.OP_FDATASYNC, handle)
+
+    async def fsync(self, handle: int) -> None:
+        await self._request(wire.OP_FSYNC, handle)
+
+    def inject_error(self, err: int, count: int = 1) -> None:
+        """Test seam: the next ``count`` sync rounds fail with ``err`` without touching the disk
+        (in the helper when one runs, so the errno travels the real reply path)."""
+        if self._helper is not None:
+            self._helper.send(wire.REQ.pack(wire.OP_INJECT, 0, count << 32 | err))
+        else:
+            self._inject = (err, count)
+
+    async def release(self) -> None:
+        """Drop one reference; the last one stops the helper and waits until it is reaped."""
+        self._refs -= 1
+        if self._refs > 0:
+            return
+        with _registry_lock:
+            if _registry.get(self._loop) is self:
+                del _registry[self._loop]
+        await self._close()
+
+    # ---- requests -------------------------------------------------------------------------
+    def _request(self, op: int, handle: int) -> asyncio.Future[None]:
+        if self._state == _CLOSED:
+            raise RuntimeError("syncer is closed")
+        h = self._handles[handle]
+        req = _Req(next(self._rids), op, handle, h, self._loop.create_future())
+        h.inflight += 1
+        if self._state == _THREAD:
+            if self._loop.time() >= self._retry_at and self._restart_task is None:
+                self._retry_at = math.inf
+                self._fails = MAX_RESTARTS  # a single attempt, then back to threads
+                self._start_restart(0.0)
+            self._run_threaded(req)
+        else:
+            self._pending[req.rid] = req
+            if self._helper is not None:
+                self._helper.send(wire.REQ.pack(op, handle, req.rid))
+            # else: restarting; ``_connect`` sends every pending request
+        return req.fut
+
+    def _reply(self, rid: int, err: int) -> None:
+        req = self._pending.pop(rid, None)
+        if req is not None:  # None: answered before (a duplicate after a re-issue)
+            self._finish(req, err)
+
+    def _finish(self, req: _Req, err: int, ran: bool = True, via: str = "the fsync helper") -> None:
+        if ran:
+            self.stats["syncs"] += 1
+            if err:
+                self.stats["errors"] += 1
+        if not req.fut.done():  # done: the awaiting task was cancelled
+            if err:
+                req.fut.set_exception(OSError(err, f"{os.strerror(err)} (reported by {via})"))
+            else:
+                req.fut.set_result(None)
+        h = req.h
+        h.inflight -= 1
+        if h.forgotten and not h.inflight:
+            os.close(h.fd)
+
+    # ---- helper lifecycle -----------------------------------------------------------------
+    def _start(self) -> None:
+        try:
+            self._connect()
+        except OSError as exc:
+            self._failed(f"cannot start: {exc}")
+
+    def _connect(self) -> None:
+        """Start a helper, register every live handle, send every unanswered request."""
+        helper = HelperProcess(self, helper_command)  # looked up now: tests replace it
+        self._helper = helper
+        self._state = _HELPER
+        for handle, h in self._handles.items():
+            helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
+        err, count = self._inject
+        if count:
+            helper.send(wire.REQ.pack(wire.OP_INJECT, 0, count << 32 | err))
+            self._inject = (0, 0)
+        for rid, req in list(self._pending.items()):
+            if req.fut.done():  # nobody waits for it any more
+                del self._pending[rid]
+                self._finish(req, 0, ran=False)
+            else:
+                helper.send(wire.REQ.pack(req.op, req.handle, rid))
+
+    def _hello(self, helper: HelperProcess) -> None:
+        if helper is self._helper:
+            self._fails = 0
+
+    def _helper_died(self, helper: HelperProcess, why: str) -> None:
+        task = self._loop.create_task(helper.reaped(), name=f"jetlog-sync-reap:{helper.pid}")
+        self._reapers.add(task)
+        task.add_done_callback(self._reapers.discard)
+        if helper is not self._helper or self._state == _CLOSED:
+            return
+        self._helper = None
+        self.stats["restarts"] += 1
+        self.stats["reissued"] += len(self._pending)
+        log.warning(
+            "fsync helper %d died (%s); %d unanswered syncs will be re-issued",
+            helper.pid,
+            why,
+            len(self._pending),
+        )
+        self._failed(why)
+
+    def _failed(self, why: str) -> None:
+        """A helper could not start or died: restart with backoff, or fall back to threads."""
+        self._fails += 1
+        if self._fails > MAX_RESTARTS:
+            self._fallback(why)
+            return
+        self._state = _RESTARTING
+        self._start_restart(BACKOFF[min(self._fails, len(BACKOFF)) - 1])
+
+    def _start_restart(self, delay: float) -> None:
+        if self._restart_task is None:
+            self._restart_task = self._loop.create_task(self._restart(delay), name="jetlog-sync-restart")
+
+    async def _restart(self, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            # Cleared before connecting: a helper that dies inside ``_connect`` must be able to
+            # schedule the next attempt.
+            self._restart_task = None
+        if self._state == _CLOSED:
+            return
+        try:
+            self._connect()
+        except OSError as exc:
+            self._failed(f"cannot start: {exc}")
+
+    def _fallback(self, why: str) -> None:
+        self._state = _THREAD
+        self.stats["fallbacks"] += 1
+        self._retry_at = self._loop.time() + FALLBACK_RETRY
+        log.warning(
+            "fsync helper unavailable (%s): syncing in threads (slow under load), retrying in %.0fs",
+            why,
+            FALLBACK_RETRY,
+        )
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for req in pending:
+            self._run_threaded(req)
+
+    def _run_threaded(self, req: _Req) -> None:
+        err, count = self._inject
+        if count:
+            self._inject = (err, count - 1)
+            self._loop.call_soon(self._finish, req, err, True, "a sync thread")
+            return
+        if self._exec is None:
+            self._exec = ThreadPoolExecutor(2, thread_name_prefix="jetlog-sync")
+        self._threaded += 1
+        self.stats["threaded"] += 1
+        fut = self._loop.run_in_executor(self._exec, _sync_fd, req.h.fd, req.op)
+
+        def done(f: asyncio.Future[int]) -> None:
+            self._threaded -= 1
+            err = errno.EIO if f.cancelled() or f.exception() else f.result()
+            self._finish(req, err, via="a sync thread")
+
+        fut.add_done_callback(done)
+
+    async def _close(self) -> None:
+        self._state = _CLOSED
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart_task
+            self._restart_task = None
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.close()
+            await helper.reaped()
+        if self._reapers:
+            await asyncio.gather(*self._reapers, return_exceptions=True)
+        for req in list(self._pending.values()):  # a store closed without waiting: not durable
+            if not req.fut.done():
+                req.fut.set_exception(RuntimeError("fsync helper stopped before answering"))
+        self._pending.clear()
+        for h in self._handles.values():
+            if not h.inflight:
+                os.close(h.fd)
+            h.forgotten = True
+        self._handles.clear()
+        if self._exec is not None:
+            self._exec.shutdown(wait=False)  # running syncs finish; their threads then exit
+            self._exec = None
+
+    def _abandon(self) -> None:
+        """Synchronous cleanup for a syncer whose loop was closed under it."""
+        self._state = _CLOSED
+        if self._helper is not None:
+            self._helper.reap_now()
+            self._helper = None
+        for h in self._handles.values():
+            with contextlib.suppress(OSError):
+                os.close(h.fd)
+        self._handles.clear()
+
+
+_registry: dict[asyncio.AbstractEventLoop, Syncer] = {}
+_registry_lock = threading.Lock()  # loops may run in different threads
+
+
+def acquire_syncer() -> Syncer:
+    """The ``Syncer`` of the running loop, started on first use; pair with ``release``.
+
+    Never a process-wide object: each loop gets its own (a syncer's futures and socket readers
+    belong to one loop), and the last ``release`` on a loop stops its helper."""
+    loop = asyncio.get_running_loop()
+    with _registry_lock:
+        dead = [_registry.pop(lp) for lp in list(_registry) if lp.is_closed()]
+        s = _registry.get(loop)
+        fresh = s is None
+        if s is None:
+            s = _registry[loop] = Syncer(loop)
+        s._refs += 1
+    for other in dead:
+        log.warning("event loop closed with file stores still open; stopping its fsync helper")
+        other._abandon()
+    if fresh:
+        s._start()
+    return s
