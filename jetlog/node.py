@@ -14,6 +14,7 @@ import logging
 import ssl
 from typing import Any
 
+import msgspec
 from prometheus_client import CollectorRegistry
 
 from jetlog.config import NodeConfig
@@ -75,6 +76,7 @@ class Node:
         self.egress = Egress(self.leaf, self.client)
         self.capture = Capture(self.leaf, self.client)
         self.streams: StreamManager | None = None
+        self.consumers: Any = None
         self.api: Any = None
         self.registry = CollectorRegistry()
         self.http: HttpEndpoint | None = None
@@ -98,8 +100,12 @@ class Node:
 
     async def start(self) -> None:
         """Connect, load streams, serve the API. Raises JetlogError when it cannot."""
-        from jetlog.api.models import decode_stored_config, encode_stored_config
+        from jetlog.api.consumers import pull_from_body
+        from jetlog.api.models import decode_stored_config, encode_json, encode_stored_config
+        from jetlog.api.models_consumer import ConsumerConfig
         from jetlog.api.router import ApiRouter
+        from jetlog.consumer.service import ConsumerService
+        from jetlog.consumer.wire import parse_ack_payload
 
         await self.client.connect()
         try:
@@ -107,6 +113,13 @@ class Node:
         except TransportError:
             await self.client.close()
             raise
+        self.consumers = ConsumerService(
+            self.leaf,
+            decode_config=lambda b: msgspec.json.decode(b, type=ConsumerConfig),
+            encode_config=encode_json,
+            parse_pull=pull_from_body,
+            parse_ack=parse_ack_payload,
+        )
         self.streams = StreamManager(
             self.cfg.data_dir,
             self.cfg.storage,
@@ -115,8 +128,10 @@ class Node:
             decode_config=decode_stored_config,
             encode_config=encode_stored_config,
             domain=self.cfg.api.domain,
+            attach_consumers=self.consumers.attach,
         )
         await self.streams.load()
+        self.consumers.start(self.streams)
         await self.capture.flush()
         self.api = ApiRouter(self)
         await self.api.start()
@@ -138,6 +153,8 @@ class Node:
         if self.api is not None:
             with contextlib.suppress(JetlogError):
                 await self.api.stop()
+        if self.consumers is not None:
+            self.consumers.stop()
         if self.streams is not None:
             await self.streams.close()
         # Let the last acks leave before the links close.

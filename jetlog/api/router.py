@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from jetlog.api import direct
+from jetlog.api.consumers import ConsumerApi
 from jetlog.api.streams import StreamApi
-from jetlog.errors import ApiError, E, JetlogError
+from jetlog.errors import ApiError, JetlogError
 from jetlog.wire import headers as H
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class ApiRouter:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sids: list[int] = []
         self.streams = StreamApi(node, self)
+        self.consumers = ConsumerApi(node, self)
 
     async def start(self) -> None:
         """Subscribe the API subjects (after the streams are loaded)."""
@@ -121,7 +123,8 @@ class ApiRouter:
             self.streams.dispatch(rest, reply, hdr, data, too_new)
             return
         if kind == "CONSUMER":
-            self._consumer(rest, reply, data, too_new)
+            level = H.get(hdr, H.REQUIRED_API_LEVEL) if hdr else None
+            self.consumers.dispatch(rest, reply, hdr, data, level)
             return
         # Unknown (or system-account-only) API subject: no reply, like nats-server.
 
@@ -165,16 +168,6 @@ class ApiRouter:
             log.error("direct get on %s failed: %s", name, e)
             frames = [direct.NOT_FOUND]
         self.reply_raw(reply, frames)
-
-    def _consumer(self, rest: list[str], reply: str | None, data: bytes, too_new: bool) -> None:
-        # Consumers arrive with the next milestone. Until then the stream-scoped subjects that
-        # real JetStream answers for a single server are answered for the clustered-only ones,
-        # and everything else gets no reply (clients time out, as with an unknown subject).
-        if len(rest) >= 3 and rest[1] == "LEADER" and rest[2] == "STEPDOWN":
-            err = E.CLUSTER_REQUIRED()
-            self.reply_json(
-                reply, self.streams.error_body("consumer_leader_stepdown_response", err), error=True
-            )
 
 
 def _required_level(hdr: bytes) -> int:

@@ -106,7 +106,7 @@ class StreamApi:
                 state["deleted"] = stream.store.deleted_seqs()
         if st.lost_seqs:
             state["lost"] = {"msgs": list(st.lost_seqs), "bytes": st.lost_bytes}
-        state["consumer_count"] = 0
+        state["consumer_count"] = stream.consumer_count
         return state, total, offset
 
     def info_dict(self, stream: Stream, *, cluster: bool, runtime_meta: bool = True) -> dict[str, Any]:
@@ -206,7 +206,7 @@ class StreamApi:
             "reserved_memory": reserved_mem,
             "reserved_storage": reserved_sto,
             "streams": len(streams),
-            "consumers": 0,
+            "consumers": sum(s.consumer_count for s in streams.values()),
             "limits": {
                 "max_memory": -1,
                 "max_storage": -1,

@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -91,6 +91,7 @@ class StreamManager:
         decode_config: Callable[[bytes], Any],
         encode_config: Callable[[Any], bytes],
         domain: str | None = None,
+        attach_consumers: Callable[[Stream, str | None], Awaitable[None]] | None = None,
     ) -> None:
         self.root = os.path.join(data_dir, "streams")
         self.storage = storage
@@ -99,6 +100,7 @@ class StreamManager:
         self.decode_config = decode_config
         self.encode_config = encode_config
         self.domain = domain or None
+        self.attach_consumers = attach_consumers
         self.streams: dict[str, Stream] = {}
         self.offline: dict[str, str] = {}
         self._subs: dict[str, list[Any]] = {}
@@ -216,6 +218,10 @@ class StreamManager:
         store = await self._open_store(config)
         stream = Stream(config, store, created, self.out, domain=self.domain)
         await stream.start()
+        if self.attach_consumers is not None:
+            # Consumer state lives beside the log (memory streams keep none on disk).
+            cdir = None if config.storage == "memory" else os.path.join(self.root, config.name, "consumers")
+            await self.attach_consumers(stream, cdir)
         return stream
 
     async def _open_store(self, config: Any) -> MsgStore:

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
@@ -30,6 +30,9 @@ from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
 from jetlog.wire import headers as H
 from jetlog.wire.subjects import matches
 from jetlog.wire.timefmt import format_duration, format_time
+
+if TYPE_CHECKING:
+    from jetlog.consumer.manager import ConsumerSet
 
 log = logging.getLogger("jetlog.stream")
 
@@ -89,6 +92,7 @@ class Stream:
         # (ticket, subject, payload, hdr): sent once committed_seq >= ticket, in order.
         self._pending: deque[tuple[int, str, bytes, bytes]] = deque()
         self._stored_listeners: list[StoredListener] = []
+        self.consumers: ConsumerSet | None = None
         self._interest: Callable[[str], bool] | None = None
         self._ttl_heap: list[tuple[int, int]] = []
         self._expiry_wake = asyncio.Event()
@@ -136,13 +140,23 @@ class Stream:
             self._expiry_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry_task
+        if self.consumers is not None:
+            await self.consumers.close()
         await self.store.close()
         self._flush_pending(self.store.committed_seq)
 
     async def destroy(self) -> None:
-        """Close and delete the stream's data."""
+        """Delete the stream's consumers (waiting pulls get ``409 Consumer Deleted``) and data."""
+        if self.consumers is not None:
+            await self.consumers.close(deleted=True)
+            self.consumers = None
         await self.close()
         await self.store.destroy()
+
+    @property
+    def consumer_count(self) -> int:
+        """Number of consumers."""
+        return len(self.consumers.consumers) if self.consumers is not None else 0
 
     def add_stored_listener(self, listener: StoredListener) -> None:
         """Be told of each stored message (consumers)."""
@@ -159,6 +173,8 @@ class Stream:
         self.config = config
         self.policy = StreamPolicy.of(config)
         self.dedup.set_window(self.policy.duplicate_window)
+        if self.consumers is not None:
+            self.set_interest_check(self.consumers.interested if self.policy.interest else None)
         self.enforce_limits()
         self._expiry_wake.set()
 
@@ -417,7 +433,10 @@ class Stream:
             raise E.STREAM_SEALED()
         if self.policy.deny_purge:
             raise E.STREAM_PURGE_FAILED(err="stream purge not permitted")
-        return self.store.purge(subject or None, seq=seq, keep=keep)
+        n = self.store.purge(subject or None, seq=seq, keep=keep)
+        if self.consumers is not None:
+            self.consumers.on_purge(self.store.first_seq)
+        return n
 
     def delete_msg(self, seq: int, erase: bool) -> None:
         """STREAM.MSG.DELETE semantics."""

@@ -1,0 +1,126 @@
+"""Node-wide consumer plumbing: attach a ``ConsumerSet`` to each stream, route acks and
+flow-control replies that arrive on the leaf link, and pass the hub's interest changes on.
+
+Acks (``$JS.ACK.>``) and flow-control replies (``$JS.FC.>``) are captured with one wildcard
+subscription each on the leaf link (the hub forwards them to a leaf; only ``$JS.API.>``,
+``$KV.>`` and ``$OBJ.>`` are denied). Because the subscription is a wildcard, an ack with a
+reply subject for a consumer that does not exist gets an emulated no-responders status, which
+is what clients see from a real server (spec §0.4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from jetlog.consumer import frames as F
+from jetlog.consumer.manager import ConsumerSet
+from jetlog.consumer.pull import Waiting
+from jetlog.consumer.store import ConsumerLog
+
+if TYPE_CHECKING:
+    from jetlog.consumer.consumer import Consumer
+    from jetlog.stream.manager import StreamManager
+    from jetlog.stream.stream import Stream
+
+log = logging.getLogger("jetlog.consumer")
+
+AckParser = Callable[[bytes], tuple[str, Any]]
+
+
+class ConsumerService:
+    """Owns the leaf subscriptions for acks/flow control and the per-stream consumer sets."""
+
+    def __init__(
+        self,
+        leaf: Any,
+        *,
+        decode_config: Callable[[bytes], Any],
+        encode_config: Callable[[Any], bytes],
+        parse_pull: Callable[[Consumer, bytes, bytes], Waiting | bytes],
+        parse_ack: AckParser,
+    ) -> None:
+        self.leaf = leaf
+        self.decode_config = decode_config
+        self.encode_config = encode_config
+        self.parse_pull = parse_pull
+        self.parse_ack = parse_ack
+        self.streams: StreamManager | None = None
+        self._subs: list[Any] = []
+        self._remove_listener: Callable[[], None] | None = None
+
+    async def attach(self, stream: Stream, directory: str | None) -> None:
+        """StreamManager hook: give ``stream`` its consumers (recovered from disk if any)."""
+        clog = await ConsumerLog.open(directory) if directory else None
+        cset = ConsumerSet(
+            stream,
+            self.leaf,
+            clog,
+            decode_config=self.decode_config,
+            encode_config=self.encode_config,
+            parse_pull=self.parse_pull,
+        )
+        stream.consumers = cset
+        cset.recover()
+
+    def start(self, streams: StreamManager) -> None:
+        """Subscribe acks and flow-control replies; follow interest changes."""
+        self.streams = streams
+        self._subs.append(self.leaf.subscribe("$JS.ACK.>", self._on_ack))
+        self._subs.append(self.leaf.subscribe("$JS.FC.>", self._on_fc))
+        self._remove_listener = self.leaf.add_interest_listener(self._on_interest)
+
+    def stop(self) -> None:
+        """Drop the subscriptions."""
+        for s in self._subs:
+            self.leaf.unsubscribe(s)
+        self._subs.clear()
+        if self._remove_listener is not None:
+            self._remove_listener()
+            self._remove_listener = None
+
+    def lookup(self, stream: str, consumer: str) -> Consumer | None:
+        """The consumer ``consumer`` of ``stream``, or None."""
+        if self.streams is None:
+            return None
+        s = self.streams.get(stream)
+        if s is None or s.consumers is None:
+            return None
+        return s.consumers.consumers.get(consumer)
+
+    # ---- leaf callbacks (synchronous, from the link's reader) ---------------------------------
+
+    def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        t = subject.split(".")
+        n = len(t)
+        if n == 9:
+            stream, consumer, dc, sseq, dseq = t[2], t[3], t[4], t[5], t[6]
+        elif n >= 11:
+            stream, consumer, dc, sseq, dseq = t[4], t[5], t[6], t[7], t[8]
+        else:
+            return
+        if not (sseq.isdigit() and dseq.isdigit() and dc.isdigit()):
+            return  # nats-server ignores malformed ack subjects (no reply)
+        c = self.lookup(stream, consumer)
+        if c is None:
+            if reply:
+                self.leaf.publish(reply, b"", hdr=F.no_responders(subject))
+            return
+        kind, arg = self.parse_ack(payload)
+        c.on_ack(int(sseq), int(dseq), kind, arg, reply)
+
+    def _on_fc(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        t = subject.split(".")
+        if len(t) < 5:
+            return
+        c = self.lookup(t[2], t[3]) if len(t) == 5 else self.lookup(t[4], t[5])
+        if c is not None:
+            c.on_flow_control_reply(subject)
+
+    def _on_interest(self, event: str, subject: str, queue: str | None) -> None:
+        if self.streams is None:
+            return
+        for s in self.streams.streams.values():
+            if s.consumers is not None and s.consumers.consumers:
+                s.consumers.on_interest()

@@ -1,0 +1,429 @@
+"""Durable consumer state: one append-only log per stream, replayed through ``ConsumerState``.
+
+Records (little-endian; each ``u32 crc32c | u32 length | u8 type | payload``, the CRC covering
+length, type and payload):
+
+=====  =========  ============================================================================
+type   name       payload
+=====  =========  ============================================================================
+1      CREATE     u32 cid, u8 ack policy, i64 created, u16 name length, name, config JSON
+2      UPDATE     u32 cid, config JSON
+3      DELETE     u32 cid
+4      START      u32 cid, u64 first stream seq to consider
+5      DELIVER    u32 cid, u64 stream seq, i64 time (the consumer sequence is implied)
+6      ACK        u32 cid, u64 stream seq, u64 consumer seq (from the ack subject)
+7      DROP       u32 cid, u64 stream seq (reached max_deliver)
+8      FORGET     u32 cid, u64 stream seq (left the stream)
+9      PURGE      u32 cid, u64 seq (stream purged below seq)
+10     PAUSE      u32 cid, i64 pause until (0 = not paused)
+11     STATE      u32 cid, snapshot of a ConsumerState (compaction)
+=====  =========  ============================================================================
+
+Replaying a record calls the same ``ConsumerState`` method the live consumer called, so the
+recovered state is exactly what was persisted. Deliveries and acks are appended on the loop
+(page cache) and made durable in groups: at once when someone waits (an ack with a reply
+subject — "double ack" — is answered only after its record is fsynced), else within
+``sync_interval``. A crash therefore loses at most the last interval of plain acks and
+deliveries: those messages are delivered again (at least once), never skipped.
+
+A torn tail (crash mid-write) is truncated at the last whole record. A record that fails its CRC
+with valid data after it is corruption: the log is moved aside and the consumers start from the
+last state that could be read, which is logged loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from jetlog.consumer.state import ConsumerState, Pending
+from jetlog.errors import StorageError
+
+if TYPE_CHECKING:
+    from jetlog.log.syncer import Syncer
+
+log = logging.getLogger("jetlog.consumer.store")
+
+CREATE, UPDATE, DELETE, START, DELIVER, ACK, DROP, FORGET, PURGE, PAUSE, STATE = range(1, 12)
+_POLICIES = ("none", "all", "explicit")
+
+_HDR = struct.Struct("<IIB")  # crc, length (of type + payload), type
+_CID = struct.Struct("<I")
+_CID_SEQ = struct.Struct("<IQ")
+_CID_SEQ_TS = struct.Struct("<IQq")
+_CID_SEQ_SEQ = struct.Struct("<IQQ")
+_CID_TS = struct.Struct("<Iq")
+_CREATE = struct.Struct("<IBqH")
+_SNAP = struct.Struct("<IQQQQqqII")
+_PEND = struct.Struct("<QQq")
+_REDEL = struct.Struct("<QI")
+
+LOG_NAME = "consumers.log"
+COMPACT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Recovered:
+    """A consumer as the log describes it."""
+
+    cid: int
+    name: str
+    config: bytes
+    created: int
+    state: ConsumerState
+    pause_until: int = 0
+    deleted: bool = False
+
+
+@dataclass
+class _Replay:
+    consumers: dict[int, Recovered] = field(default_factory=dict)
+    next_cid: int = 1
+
+
+def _record(rtype: int, payload: bytes) -> bytes:
+    body = bytes([rtype]) + payload
+    head = struct.pack("<I", len(body))
+    return struct.pack("<I", crc32c(head + body)) + head + body
+
+
+def encode_snapshot(cid: int, st: ConsumerState, pause_until: int) -> bytes:
+    """STATE record payload for ``st``."""
+    parts = [
+        _SNAP.pack(
+            cid, st.dseq, st.sseq, st.floor_dseq, st.floor_sseq, st.last_delivered_ts, pause_until,
+            len(st.pending), len(st.redelivered),
+        )
+    ]
+    parts.extend(_PEND.pack(s, p.dseq, p.ts) for s, p in sorted(st.pending.items()))
+    parts.extend(_REDEL.pack(s, n) for s, n in sorted(st.redelivered.items()))
+    return b"".join(parts)
+
+
+def _apply(rp: _Replay, rtype: int, p: bytes | memoryview) -> None:
+    if rtype == CREATE:
+        cid, pol, created, nlen = _CREATE.unpack_from(p)
+        off = _CREATE.size
+        name = bytes(p[off : off + nlen]).decode()
+        cfg = bytes(p[off + nlen :])
+        policy = _POLICIES[pol] if pol < len(_POLICIES) else "explicit"
+        rp.consumers[cid] = Recovered(cid, name, cfg, created, ConsumerState(policy))
+        rp.next_cid = max(rp.next_cid, cid + 1)
+        return
+    (cid,) = _CID.unpack_from(p)
+    c = rp.consumers.get(cid)
+    if c is None:
+        return  # a record of a consumer whose CREATE was compacted away with its DELETE
+    st = c.state
+    if rtype == DELIVER:
+        _, sseq, ts = _CID_SEQ_TS.unpack_from(p)
+        st.deliver(sseq, ts)
+    elif rtype == ACK:
+        _, sseq, dseq = _CID_SEQ_SEQ.unpack_from(p)
+        st.ack(sseq, dseq, 0)
+    elif rtype == UPDATE:
+        c.config = bytes(p[_CID.size :])
+    elif rtype == DELETE:
+        c.deleted = True
+        del rp.consumers[cid]
+    elif rtype == START:
+        st.start_at(_CID_SEQ.unpack_from(p)[1])
+    elif rtype == DROP:
+        st.drop_max_delivered(_CID_SEQ.unpack_from(p)[1])
+    elif rtype == FORGET:
+        st.forget(_CID_SEQ.unpack_from(p)[1])
+    elif rtype == PURGE:
+        st.purge_below(_CID_SEQ.unpack_from(p)[1])
+    elif rtype == PAUSE:
+        c.pause_until = _CID_TS.unpack_from(p)[1]
+    elif rtype == STATE:
+        (_, dseq, sseq, fd, fs, lts, pause, npend, nredel) = _SNAP.unpack_from(p)
+        fresh = ConsumerState(st.ack_policy, dseq, sseq, fd, fs, last_delivered_ts=lts)
+        off = _SNAP.size
+        for _ in range(npend):
+            s, d, ts = _PEND.unpack_from(p, off)
+            off += _PEND.size
+            fresh.pending[s] = Pending(d, ts)
+            fresh._order.append(s)
+        for _ in range(nredel):
+            s, n = _REDEL.unpack_from(p, off)
+            off += _REDEL.size
+            fresh.redelivered[s] = n
+        c.state = fresh
+        c.pause_until = pause
+
+
+def replay(data: bytes) -> tuple[_Replay, int, bool]:
+    """Apply every whole record of ``data``; return (result, bytes of valid prefix, corrupt)."""
+    rp = _Replay()
+    off, n = 0, len(data)
+    mv = memoryview(data)
+    while off + _HDR.size <= n:
+        crc, length, rtype = _HDR.unpack_from(data, off)
+        end = off + 8 + length
+        if length < 1 or end > n:
+            # Incomplete record at the end: a torn tail.
+            return rp, off, False
+        if crc32c(mv[off + 4 : end]) != crc:
+            # Garbage at the very end is a torn tail; a bad record followed by more data is not.
+            return rp, off, end < n
+        try:
+            _apply(rp, rtype, mv[off + 9 : end])
+        except (struct.error, UnicodeDecodeError, IndexError):
+            return rp, off, True
+        off = end
+    return rp, off, off != n and n - off >= _HDR.size
+
+
+class ConsumerLog:
+    """The consumer-state log of one stream (see module docstring)."""
+
+    def __init__(self, path: str, fd: int, sync_interval: float) -> None:
+        self.path = path
+        self._fd = fd
+        self._buf: list[bytes] = []
+        self._flush_scheduled = False
+        self._size = 0
+        self._unsynced = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._sync_interval = sync_interval
+        self._next_cid = 1
+        self.recovered: dict[str, Recovered] = {}
+        self._syncer: Syncer | None = None
+        self._handle = 0
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._closed = False
+        self.failed: BaseException | None = None
+
+    @classmethod
+    async def open(cls, directory: str, sync_interval: float = 1.0) -> ConsumerLog:
+        """Open (creating) ``directory/consumers.log`` and recover its consumers."""
+        from jetlog.log.syncer import acquire_syncer
+
+        path = os.path.join(directory, LOG_NAME)
+
+        def _load() -> tuple[int, bytes]:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+            with open(path, "rb") as f:
+                return fd, f.read()
+
+        try:
+            fd, data = await asyncio.to_thread(_load)
+        except OSError as e:
+            raise StorageError(f"cannot open consumer state {path}: {e}") from e
+        rp, valid, corrupt = replay(data)
+        if corrupt:
+            log.error(
+                "consumer state %s is corrupt at offset %d; keeping the state read before it and "
+                "moving the file aside", path, valid,
+            )
+        self = cls(path, fd, sync_interval)
+        self._next_cid = rp.next_cid
+        self.recovered = {c.name: c for c in rp.consumers.values()}
+        self._syncer = acquire_syncer()
+        self._handle = self._syncer.register(fd)
+        if valid != len(data) or corrupt:
+            # Rewrite from what was read: a clean file without the torn/corrupt tail.
+            if corrupt:
+                await asyncio.to_thread(_copy_aside, path, data)
+            await self.compact(
+                [(c.cid, c.name, c.config, c.created, c.state, c.pause_until) for c in rp.consumers.values()]
+            )
+        else:
+            self._size = len(data)
+        self._task = asyncio.get_running_loop().create_task(self._syncer_loop(), name=f"consumer-log:{path}")
+        return self
+
+    # ---- appending -------------------------------------------------------------------------
+
+    def _append(self, rec: bytes) -> None:
+        if self._closed:
+            return
+        self._buf.append(rec)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._buf or self._closed:
+            return
+        data = b"".join(self._buf)
+        self._buf.clear()
+        try:
+            # Appends of a few KB into the page cache: cheap enough for the loop.
+            os.write(self._fd, data)
+        except OSError as e:
+            self._fail(e)
+            return
+        self._size += len(data)
+        self._unsynced = True
+
+    def create(self, name: str, ack_policy: str, config: bytes, created: int) -> int:
+        """Record a new consumer; returns its id in this log."""
+        cid = self._next_cid
+        self._next_cid += 1
+        nb = name.encode()
+        pol = _POLICIES.index(ack_policy) if ack_policy in _POLICIES else 2
+        self._append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + config))
+        return cid
+
+    def update(self, cid: int, config: bytes) -> None:
+        self._append(_record(UPDATE, _CID.pack(cid) + config))
+
+    def delete(self, cid: int) -> None:
+        self._append(_record(DELETE, _CID.pack(cid)))
+
+    def start(self, cid: int, sseq: int) -> None:
+        self._append(_record(START, _CID_SEQ.pack(cid, sseq)))
+
+    def deliver(self, cid: int, sseq: int, ts: int) -> None:
+        self._append(_record(DELIVER, _CID_SEQ_TS.pack(cid, sseq, ts)))
+
+    def ack(self, cid: int, sseq: int, dseq: int) -> None:
+        self._append(_record(ACK, _CID_SEQ_SEQ.pack(cid, sseq, dseq)))
+
+    def drop(self, cid: int, sseq: int) -> None:
+        self._append(_record(DROP, _CID_SEQ.pack(cid, sseq)))
+
+    def forget(self, cid: int, sseq: int) -> None:
+        self._append(_record(FORGET, _CID_SEQ.pack(cid, sseq)))
+
+    def purge(self, cid: int, seq: int) -> None:
+        self._append(_record(PURGE, _CID_SEQ.pack(cid, seq)))
+
+    def pause(self, cid: int, until: int) -> None:
+        self._append(_record(PAUSE, _CID_TS.pack(cid, until)))
+
+    # ---- durability ------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """Wait until everything appended so far is fsynced."""
+        if self.failed is not None:
+            raise StorageError(f"consumer state {self.path} failed: {self.failed}")
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._wake.set()
+        await fut
+
+    async def _syncer_loop(self) -> None:
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sync_interval)
+            self._wake.clear()
+            if self._closed:
+                return
+            await self._sync_now()
+
+    async def _sync_now(self) -> None:
+        self._flush()
+        waiters, self._waiters = self._waiters, []
+        if not self._unsynced:
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+            return
+        self._unsynced = False
+        try:
+            assert self._syncer is not None
+            await self._syncer.fdatasync(self._handle)
+        except OSError as e:
+            self._fail(e)
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(StorageError(f"consumer state {self.path}: fsync failed: {e}"))
+            return
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _fail(self, e: BaseException) -> None:
+        if self.failed is None:
+            self.failed = e
+            log.error("consumer state %s failed: %s (acks are no longer persisted)", self.path, e)
+
+    @property
+    def size(self) -> int:
+        """Bytes in the log file."""
+        return self._size
+
+    def wants_compaction(self) -> bool:
+        """True when the log grew large enough to be rewritten as snapshots."""
+        return self._size > COMPACT_BYTES
+
+    async def compact(self, consumers: list[tuple[int, str, bytes, int, ConsumerState, int]]) -> None:
+        """Rewrite the log as one CREATE + STATE per live consumer (atomic rename)."""
+        self._flush()
+        parts = []
+        for cid, name, cfg, created, st, pause in consumers:
+            nb = name.encode()
+            pol = _POLICIES.index(st.ack_policy) if st.ack_policy in _POLICIES else 2
+            parts.append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + cfg))
+            parts.append(_record(STATE, encode_snapshot(cid, st, pause)))
+        data = b"".join(parts)
+        tmp = self.path + ".tmp"
+
+        def _rewrite() -> int:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.replace(tmp, self.path)
+            dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return fd
+
+        try:
+            new_fd = await asyncio.to_thread(_rewrite)
+        except OSError as e:
+            self._fail(e)
+            return
+        old_fd, old_handle = self._fd, self._handle
+        self._fd = new_fd
+        assert self._syncer is not None
+        self._handle = self._syncer.register(new_fd)
+        self._syncer.forget(old_handle)
+        os.close(old_fd)
+        self._size = len(data)
+        self._unsynced = False
+
+    async def close(self) -> None:
+        """Flush, fsync, stop the background task, release the fsync helper. Idempotent."""
+        if self._closed:
+            return
+        with contextlib.suppress(StorageError):
+            await self._sync_now()
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._syncer is not None:
+            self._syncer.forget(self._handle)
+            await self._syncer.release()
+            self._syncer = None
+        os.close(self._fd)
+
+
+def _copy_aside(path: str, data: bytes) -> None:
+    n = 0
+    while os.path.exists(f"{path}.corrupt.{n}"):
+        n += 1
+    with open(f"{path}.corrupt.{n}", "wb") as f:
+        f.write(data)
