@@ -1,0 +1,70 @@
+"""Consumer state survives kill -9: nothing confirmed by a double ack is redelivered, and
+everything un-acknowledged is."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from jetlog.embedded import NatsServer
+
+from .nodeproc import NodeProcess
+
+
+async def _drain(psub: object, want: int, timeout: float = 10.0) -> list[nats.aio.msg.Msg]:
+    got: list[nats.aio.msg.Msg] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while len(got) < want and loop.time() < end:
+        try:
+            got.extend(await psub.fetch(want - len(got), timeout=1))  # type: ignore[attr-defined]
+        except nats.errors.TimeoutError:
+            continue
+    return got
+
+
+async def test_double_acked_never_redelivered_unacked_always(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, str(tmp_path / "data"))
+        url = await node.start()
+        nc = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            js = nc.jetstream(timeout=3)
+            await js.add_stream(name="CR", subjects=["cr.*"])
+            for i in range(60):
+                await js.publish(f"cr.{i % 3}", str(i).encode())
+            await js.add_consumer(
+                "CR", ConsumerConfig(durable_name="work", ack_policy=AckPolicy.EXPLICIT, ack_wait=1.0)
+            )
+            psub = await js.pull_subscribe_bind("work", "CR")
+            msgs = await _drain(psub, 60)
+            assert len(msgs) == 60
+            double_acked, unacked = set(), set()
+            for m in msgs:
+                seq = m.metadata.sequence.stream
+                if seq % 3 == 0:
+                    await m.ack_sync()  # confirmed: must never come back
+                    double_acked.add(seq)
+                elif seq % 3 == 1:
+                    await m.ack()  # plain ack: may come back (at least once), need not
+                else:
+                    unacked.add(seq)
+            await node.kill()
+            await node.start()
+            psub = await js.pull_subscribe_bind("work", "CR")
+            again = await _drain(psub, len(unacked), timeout=15)
+            seqs = {m.metadata.sequence.stream for m in again}
+            assert unacked <= seqs, f"un-acked messages not redelivered: {sorted(unacked - seqs)}"
+            assert not (double_acked & seqs), f"double-acked redelivered: {sorted(double_acked & seqs)}"
+            for m in again:
+                assert m.metadata.num_delivered >= 2
+                assert m.data == str(m.metadata.sequence.stream - 1).encode()
+                await m.ack_sync()
+            info = await js.consumer_info("CR", "work")
+            assert info.num_ack_pending == 0
+            assert info.delivered.stream_seq == 60
+        finally:
+            await nc.close()
+            await node.terminate()
