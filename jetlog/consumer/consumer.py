@@ -417,7 +417,9 @@ class Consumer:
             return
         now = self._now()
         due = w.last_send + w.heartbeat
-        if now >= due:
+        # Clients declare a request dead after two missed beats; a timer that fires a little
+        # early (loop clock granularity) must still send rather than wait a whole interval.
+        if now >= due - w.heartbeat // 20:
             self._send_status(w.reply, F.heartbeat(self.state.dseq, self.state.sseq))
             w.last_send = now
             due = now + w.heartbeat
@@ -504,7 +506,7 @@ class Consumer:
         hb = self.p.idle_heartbeat
         if not hb:
             return
-        if self.active and now - self._last_push_send >= hb:
+        if self.active and now - self._last_push_send >= hb - hb // 20:
             self._send_status(self.p.deliver_subject, F.heartbeat(self.state.dseq, self.state.sseq, self._fc_pending))
             self._last_push_send = now
         elif not self.active:

@@ -10,7 +10,7 @@ nats-server's semantics (``consumer.go``: ``processAckMsg``, ``moveAckFloor``, `
 * ``floor_dseq`` / ``floor_sseq``: the ack floor. It moves only when the acknowledged delivery's
   consumer sequence is exactly ``floor_dseq + 1``: then to that delivery, and further to just
   below the next pending message. With nothing pending it catches up with ``delivered``.
-* ``pending``: stream seq → :class:`Pending` (consumer seq of the latest delivery, and the time
+* ``pending``: stream seq → :class:`Pending` (consumer seq of its first delivery, and the time
   the ack timer was armed), for ack policies explicit and all.
 * ``redelivered``: stream seq → delivery count, for messages delivered more than once; a message
   that reached max_deliver stays here until it leaves the stream (``num_redelivered``).
@@ -34,7 +34,7 @@ ACK_EXPLICIT = "explicit"
 class Pending:
     """One delivered, not yet acknowledged message."""
 
-    dseq: int  # consumer sequence of its latest delivery
+    dseq: int  # consumer sequence of its first delivery (kept on redelivery)
     ts: int  # when its ack timer was (re)armed, ns
 
 
@@ -135,7 +135,9 @@ class ConsumerState:
                 if i == 0 or self._order[i - 1] != sseq:
                     self._order.insert(i, sseq)
         else:
-            p.dseq, p.ts = dseq, now
+            # A redelivery re-arms the timer but keeps the *original* consumer sequence of the
+            # pending entry (nats-server trackPending): the ack floor logic keys on it.
+            p.ts = now
         return dseq, count
 
     # ---- acknowledgements ------------------------------------------------------------------

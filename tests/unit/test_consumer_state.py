@@ -30,6 +30,21 @@ def test_walkthrough_of_the_spec() -> None:
     assert info(s) == ((4, 3), (4, 3), 0, 0)
 
 
+def test_floor_after_nak_redelivery_and_ack() -> None:
+    # nats-server: ack 1, NAK 2 + redeliver (consumer seq 5) + ack, ack 3 with 4 pending -> (3, 3)
+    s = ConsumerState(ACK_EXPLICIT)
+    for q in (1, 2, 3, 4):
+        s.deliver(q, 0)
+    s.ack(1, 1, 0)
+    assert s.nak(2, 2, 0, 0, 30) == "now"
+    assert s.deliver(2, 1) == (5, 2)
+    s.ack(2, 5, 1)
+    assert (s.floor_dseq, s.floor_sseq) == (2, 2)
+    s.ack(3, 3, 1)
+    assert (s.floor_dseq, s.floor_sseq) == (3, 3)
+    assert s.num_ack_pending == 1
+
+
 def test_out_of_order_acks_keep_the_floor() -> None:
     s = ConsumerState(ACK_EXPLICIT)
     for q in (1, 2, 3):
@@ -114,7 +129,7 @@ class _Model:
     def deliver(self, q: int) -> None:
         self.d += 1
         self.s = max(self.s, q)
-        self.p[q] = self.d
+        self.p.setdefault(q, self.d)  # a redelivery keeps the original consumer sequence
 
     def ack(self, q: int) -> None:
         if q > self.s or q not in self.p:
