@@ -57,7 +57,9 @@ def pull_from_body(c: Consumer, body: bytes, hdr: bytes = b"") -> Waiting | byte
 
 
 def _seq_info(cseq: int, sseq: int, active: int) -> MC.SequenceInfo:
-    return MC.SequenceInfo(consumer_seq=cseq, stream_seq=sseq, last_active=format_time(active) if active else None)
+    return MC.SequenceInfo(
+        consumer_seq=cseq, stream_seq=sseq, last_active=format_time(active) if active else None
+    )
 
 
 def consumer_info(c: Consumer) -> MC.ConsumerInfo:
@@ -112,7 +114,9 @@ class ConsumerApi:
 
     # ---- dispatch --------------------------------------------------------------------------
 
-    def dispatch(self, rest: list[str], reply: str | None, hdr: bytes, data: bytes, level: str | None) -> None:
+    def dispatch(
+        self, rest: list[str], reply: str | None, hdr: bytes, data: bytes, level: str | None
+    ) -> None:
         """``CONSUMER.<op>...`` (``rest`` starts at ``CONSUMER``)."""
         if len(rest) < 3:
             return
@@ -124,8 +128,10 @@ class ConsumerApi:
             self._next(rest[3], rest[4], reply, hdr, data)
             return
         if op == "LEADER" and len(rest) == 5 and rest[2] == "STEPDOWN":
-            body: dict[str, Any] = {"type": "io.nats.jetstream.api.v1.consumer_leader_stepdown_response",
-                                    "error": E.CLUSTER_REQUIRED().to_dict()}
+            body: dict[str, Any] = {
+                "type": "io.nats.jetstream.api.v1.consumer_leader_stepdown_response",
+                "error": E.CLUSTER_REQUIRED().to_dict(),
+            }
             self.router.reply_json(reply, M.encode_json_ordered(body), error=True)
             return
         too_new = W.required_api_level_rejected(level)
@@ -190,7 +196,9 @@ class ConsumerApi:
         except JetlogError as e:
             self._reply_error(reply, cls, e)
             return
-        self.router.reply_json(reply, M.encode_json(MC.info_response(cls, consumer_info(c), version=self.version)))
+        self.router.reply_json(
+            reply, M.encode_json(MC.info_response(cls, consumer_info(c), version=self.version))
+        )
 
     async def _delete(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
         cls = MC.ConsumerDeleteResponse
@@ -242,7 +250,11 @@ class ConsumerApi:
         try:
             if too_new:
                 raise E.REQUIRED_API_LEVEL()
-            req = MC.decode_consumer_request(MC.ConsumerPauseRequest, data) if data.strip() else MC.ConsumerPauseRequest()
+            req = (
+                MC.decode_consumer_request(MC.ConsumerPauseRequest, data)
+                if data.strip()
+                else MC.ConsumerPauseRequest()
+            )
             c = self._consumer(stream, name)
         except JetlogError as e:
             self._reply_error(reply, cls, e)
@@ -252,7 +264,9 @@ class ConsumerApi:
         c.host.advisory_pause(c)
         now = time.time_ns()
         if c.paused_until > now:
-            body = cls(paused=True, pause_until=format_time(c.paused_until), pause_remaining=c.paused_until - now)
+            body = cls(
+                paused=True, pause_until=format_time(c.paused_until), pause_remaining=c.paused_until - now
+            )
         else:
             body = cls(paused=False, pause_until=format_time(0))
         self.router.reply_json(reply, M.encode_json(body))

@@ -242,7 +242,11 @@ class Consumer:
                 continue
             return m, True, False
         st = self.state
-        if self.p.ack_policy != ACK_NONE and self.p.max_ack_pending and len(st.pending) >= self.p.max_ack_pending:
+        if (
+            self.p.ack_policy != ACK_NONE
+            and self.p.max_ack_pending
+            and len(st.pending) >= self.p.max_ack_pending
+        ):
             return None, False, True
         committed = store.committed_seq
         if self._skip:
@@ -309,7 +313,9 @@ class Consumer:
             data = b""
         return ack, hdr, data, len(m.subject) + len(ack) + len(hdr) + len(data)
 
-    def _send(self, m: StoredMsg, ack: bytes, hdr: bytes, data: bytes, target: str, now: int, queue: str) -> None:
+    def _send(
+        self, m: StoredMsg, ack: bytes, hdr: bytes, data: bytes, target: str, now: int, queue: str
+    ) -> None:
         """Record the delivery prepared by ``_prepare`` and send it."""
         st = self.state
         if self._skip and m.seq == self._skip[0]:
@@ -507,7 +513,9 @@ class Consumer:
         if not hb:
             return
         if self.active and now - self._last_push_send >= hb - hb // 20:
-            self._send_status(self.p.deliver_subject, F.heartbeat(self.state.dseq, self.state.sseq, self._fc_pending))
+            self._send_status(
+                self.p.deliver_subject, F.heartbeat(self.state.dseq, self.state.sseq, self._fc_pending)
+            )
             self._last_push_send = now
         elif not self.active:
             self.active = self._has_push_interest()
@@ -609,14 +617,22 @@ class Consumer:
                 self._ack_timer = None
             return
         if delay_ns <= 0:
-            delay_ns = min(p.ts + self.p.wait_for(self.state.delivery_count(s)) for s, p in self.state.pending.items()) - self._now()
+            delay_ns = (
+                min(
+                    p.ts + self.p.wait_for(self.state.delivery_count(s))
+                    for s, p in self.state.pending.items()
+                )
+                - self._now()
+            )
         deadline = self._now() + max(delay_ns, 0) + 1_000_000  # 1 ms slack, as the server
         if self._ack_timer is not None:
             if deadline >= self._ack_deadline:
                 return
             self._ack_timer.cancel()
         self._ack_deadline = deadline
-        self._ack_timer = self._loop().call_later(max(0.0, (deadline - self._now()) / 1e9), self._check_pending)
+        self._ack_timer = self._loop().call_later(
+            max(0.0, (deadline - self._now()) / 1e9), self._check_pending
+        )
 
     def _check_pending(self) -> None:
         self._ack_timer = None
@@ -723,4 +739,3 @@ class Consumer:
         self._rdq_set = set(self._rdq)
         self._skip = [s for s in self._skip if s >= first_seq]
         self.kick()
-

@@ -18,9 +18,10 @@ API_LEVEL = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 def heartbeat(last_consumer: int, last_stream: int, stalled: str = "") -> bytes:
     """``100 Idle Heartbeat`` with the consumer's last delivered sequences."""
     extra = b"Nats-Consumer-Stalled: %s\r\n" % stalled.encode() if stalled else b""
-    return (
-        b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n%s\r\n"
-        % (last_consumer, last_stream, extra)
+    return b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n%s\r\n" % (
+        last_consumer,
+        last_stream,
+        extra,
     )
 
 

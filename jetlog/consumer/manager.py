@@ -56,6 +56,9 @@ class ConsumerSet:
         self._reply_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        self._compacting = False
+        if clog is not None:
+            clog.on_large = self._compact_soon
         stream.store.add_commit_listener(self.on_commit)
         stream.set_interest_check(self.interested if stream.policy.interest else None)
 
@@ -69,15 +72,22 @@ class ConsumerSet:
             try:
                 cfg = self.decode_config(r.config)
             except (ValueError, JetlogError) as e:
-                log.error("stream %s: consumer %s has an unreadable config, skipped: %s", self.stream.name, name, e)
+                log.error(
+                    "stream %s: consumer %s has an unreadable config, skipped: %s", self.stream.name, name, e
+                )
                 continue
             c = Consumer(self, name, cfg, r.created, r.state, r.cid, r.pause_until)
             self.consumers[name] = c
             c.start()
             log.info(
                 "consumer %s > %s recovered: delivered %d/%d, ack floor %d/%d, %d pending",
-                self.stream.name, name, r.state.dseq, r.state.sseq, r.state.floor_dseq,
-                r.state.floor_sseq, len(r.state.pending),
+                self.stream.name,
+                name,
+                r.state.dseq,
+                r.state.sseq,
+                r.state.floor_dseq,
+                r.state.floor_sseq,
+                len(r.state.pending),
             )
         self.clog.recovered = {}
 
@@ -145,6 +155,26 @@ class ConsumerSet:
                 if not deleted:
                     await self.compact()
             await self.clog.close()
+
+    def _compact_soon(self) -> None:
+        if self._compacting or self.closed:
+            return
+        self._compacting = True
+
+        async def run() -> None:
+            try:
+                await self.compact()
+            finally:
+                self._compacting = False
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"compact-consumers:{self.stream.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stream %s: consumer task failed", self.stream.name, exc_info=task.exception())
 
     async def compact(self) -> None:
         """Rewrite the state log as one snapshot per durable consumer."""
@@ -277,8 +307,12 @@ class ConsumerSet:
                 await self.clog.sync()
             except JetlogError as e:
                 # Not durable: do not confirm; the client's ack_sync times out and it can retry.
-                log.error("stream %s: consumer state not durable, %d ack replies withheld: %s",
-                          self.stream.name, len(batch), e)
+                log.error(
+                    "stream %s: consumer state not durable, %d ack replies withheld: %s",
+                    self.stream.name,
+                    len(batch),
+                    e,
+                )
                 continue
             for r in batch:
                 self.leaf.publish(r, b"")
@@ -299,23 +333,38 @@ class ConsumerSet:
         kind = "CREATED" if action == "create" else "DELETED"
         self._advise(
             f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream.name}.{c.name}",
-            {"type": "io.nats.jetstream.advisory.v1.consumer_action", "stream": self.stream.name,
-             "consumer": c.name, "action": action},
+            {
+                "type": "io.nats.jetstream.advisory.v1.consumer_action",
+                "stream": self.stream.name,
+                "consumer": c.name,
+                "action": action,
+            },
         )
 
     def advisory_max_deliveries(self, c: Consumer, seq: int, deliveries: int) -> None:
         self._advise(
             f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.stream.name}.{c.name}",
-            {"type": "io.nats.jetstream.advisory.v1.max_deliver", "stream": self.stream.name,
-             "consumer": c.name, "stream_seq": seq, "deliveries": deliveries},
+            {
+                "type": "io.nats.jetstream.advisory.v1.max_deliver",
+                "stream": self.stream.name,
+                "consumer": c.name,
+                "stream_seq": seq,
+                "deliveries": deliveries,
+            },
         )
 
     def advisory_terminated(self, c: Consumer, seq: int, dseq: int, deliveries: int, reason: str) -> None:
         self._advise(
             f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{self.stream.name}.{c.name}",
-            {"type": "io.nats.jetstream.advisory.v1.terminated", "stream": self.stream.name,
-             "consumer": c.name, "consumer_seq": dseq, "stream_seq": seq, "deliveries": deliveries,
-             "reason": reason},
+            {
+                "type": "io.nats.jetstream.advisory.v1.terminated",
+                "stream": self.stream.name,
+                "consumer": c.name,
+                "consumer_seq": dseq,
+                "stream_seq": seq,
+                "deliveries": deliveries,
+                "reason": reason,
+            },
         )
 
     def advisory_pause(self, c: Consumer) -> None:
@@ -323,9 +372,13 @@ class ConsumerSet:
 
         self._advise(
             f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream.name}.{c.name}",
-            {"type": "io.nats.jetstream.advisory.v1.consumer_pause", "stream": self.stream.name,
-             "consumer": c.name, "paused": bool(c.paused_until),
-             "pause_until": format_time(c.paused_until)},
+            {
+                "type": "io.nats.jetstream.advisory.v1.consumer_pause",
+                "stream": self.stream.name,
+                "consumer": c.name,
+                "paused": bool(c.paused_until),
+                "pause_until": format_time(c.paused_until),
+            },
         )
 
 

@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -98,8 +99,15 @@ def encode_snapshot(cid: int, st: ConsumerState, pause_until: int) -> bytes:
     """STATE record payload for ``st``."""
     parts = [
         _SNAP.pack(
-            cid, st.dseq, st.sseq, st.floor_dseq, st.floor_sseq, st.last_delivered_ts, pause_until,
-            len(st.pending), len(st.redelivered),
+            cid,
+            st.dseq,
+            st.sseq,
+            st.floor_dseq,
+            st.floor_sseq,
+            st.last_delivered_ts,
+            pause_until,
+            len(st.pending),
+            len(st.redelivered),
         )
     ]
     parts.extend(_PEND.pack(s, p.dseq, p.ts) for s, p in sorted(st.pending.items()))
@@ -202,6 +210,7 @@ class ConsumerLog:
         self._wake = asyncio.Event()
         self._closed = False
         self.failed: BaseException | None = None
+        self.on_large: Callable[[], None] | None = None  # asked to compact when the log grows
 
     @classmethod
     async def open(cls, directory: str, sync_interval: float = 1.0) -> ConsumerLog:
@@ -224,7 +233,9 @@ class ConsumerLog:
         if corrupt:
             log.error(
                 "consumer state %s is corrupt at offset %d; keeping the state read before it and "
-                "moving the file aside", path, valid,
+                "moving the file aside",
+                path,
+                valid,
             )
         self = cls(path, fd, sync_interval)
         self._next_cid = rp.next_cid
@@ -267,6 +278,8 @@ class ConsumerLog:
             return
         self._size += len(data)
         self._unsynced = True
+        if self._size > COMPACT_BYTES and self.on_large is not None:
+            self.on_large()
 
     def create(self, name: str, ack_policy: str, config: bytes, created: int) -> int:
         """Record a new consumer; returns its id in this log."""
@@ -373,7 +386,9 @@ class ConsumerLog:
         tmp = self.path + ".tmp"
 
         def _rewrite() -> int:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = os.open(
+                tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644
+            )
             try:
                 os.write(fd, data)
                 os.fsync(fd)

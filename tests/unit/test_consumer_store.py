@@ -109,3 +109,28 @@ async def test_compaction_is_equivalent(tmp_path) -> None:  # type: ignore[no-un
         assert r.pause_until == 55 and r.config == b'{"a":1}'
     finally:
         await lg2.close()
+
+
+async def test_large_log_asks_for_compaction(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import jetlog.consumer.store as S
+
+    monkeypatch.setattr(S, "COMPACT_BYTES", 2000)
+    lg = await ConsumerLog.open(str(tmp_path))
+    asked: list[int] = []
+    lg.on_large = lambda: asked.append(lg.size)
+    cid = lg.create("d", ACK_EXPLICIT, b"{}", 0)
+    st = ConsumerState(ACK_EXPLICIT)
+    for q in range(1, 200):
+        st.deliver(q, q)
+        lg.deliver(cid, q, q)
+        d = st.pending[q].dseq
+        st.ack(q, d, q)
+        lg.ack(cid, q, d)
+    await lg.sync()
+    assert asked and asked[0] > 2000
+    await lg.compact([(cid, "d", b"{}", 0, st, 0)])
+    assert lg.size < 200
+    await lg.close()
+    lg2 = await ConsumerLog.open(str(tmp_path))
+    _same(lg2.recovered["d"].state, st)
+    await lg2.close()

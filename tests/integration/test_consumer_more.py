@@ -1,0 +1,216 @@
+"""More consumer behaviour, each test against jetlog and nats-server -js: ephemeral cleanup,
+pause, names/list paging, bad input, headers_only, replay_policy original, rate limit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import nats
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from .conftest import Target
+from .jsutil import api, error_of
+
+
+async def _until(pred, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not await pred():
+        if loop.time() > end:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.05)
+
+
+async def _names(nc: nats.NATS, stream: str) -> list[str]:
+    r = await api(nc, f"$JS.API.CONSUMER.NAMES.{stream}")
+    return list(r["consumers"])
+
+
+async def test_ephemeral_pull_deleted_after_inactivity_durable_kept(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="EPH", subjects=["eph"])
+    r = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.EPH.short",
+        {
+            "stream_name": "EPH",
+            "config": {"name": "short", "inactive_threshold": 1_000_000_000, "ack_policy": "explicit"},
+        },
+    )
+    assert r["config"]["inactive_threshold"] == 1_000_000_000
+    await js.add_consumer("EPH", ConsumerConfig(durable_name="stay", ack_policy=AckPolicy.EXPLICIT))
+    t0 = time.monotonic()
+
+    async def gone() -> bool:
+        return "short" not in await _names(nc, "EPH")
+
+    await _until(gone, 10)
+    assert 0.9 < time.monotonic() - t0 < 4.0
+    assert await _names(nc, "EPH") == ["stay"]
+
+
+async def test_ephemeral_push_deleted_when_deliver_subject_loses_interest(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="EPP", subjects=["epp"])
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.flush()
+    r = await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.EPP",
+        {"stream_name": "EPP", "config": {"deliver_subject": inbox, "inactive_threshold": 500_000_000}},
+    )
+    name = r["name"]
+    assert len(name) == 8
+    await js.publish("epp", b"x")
+    m = await sub.next_msg(timeout=3)
+    assert m.subject == "epp" and m.data == b"x"
+    info = await api(nc, f"$JS.API.CONSUMER.INFO.EPP.{name}")
+    assert info["push_bound"] is True
+    # Interest stays: not deleted after the threshold.
+    await asyncio.sleep(1.2)
+    assert await _names(nc, "EPP") == [name]
+    await sub.unsubscribe()
+
+    async def gone() -> bool:
+        return await _names(nc, "EPP") == []
+
+    await _until(gone, 10)
+
+
+async def test_pause_and_resume(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="PA", subjects=["pa"])
+    await js.add_consumer("PA", ConsumerConfig(durable_name="p", ack_policy=AckPolicy.EXPLICIT))
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1.5))
+    r = await api(nc, "$JS.API.CONSUMER.PAUSE.PA.p", {"pause_until": until})
+    assert r["type"] == "io.nats.jetstream.api.v1.consumer_pause_response"
+    assert r["paused"] is True and r["pause_until"] == until and r["pause_remaining"] > 0
+    info = await api(nc, "$JS.API.CONSUMER.INFO.PA.p")
+    assert info["paused"] is True
+    await js.publish("pa", b"1")
+    psub = await js.pull_subscribe_bind("p", "PA")
+    t0 = time.monotonic()
+    msgs = await psub.fetch(1, timeout=5)
+    assert msgs[0].data == b"1"
+    assert time.monotonic() - t0 > 0.4  # held until the pause ended
+    r = await api(nc, "$JS.API.CONSUMER.PAUSE.PA.p", {})
+    assert r == {
+        "type": "io.nats.jetstream.api.v1.consumer_pause_response",
+        "paused": False,
+        "pause_until": "0001-01-01T00:00:00Z",
+    }
+    r = await api(nc, "$JS.API.CONSUMER.PAUSE.PA.nope", {})
+    assert error_of(r) == (404, 10014, "consumer not found")
+
+
+async def test_names_and_list_paging(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="NL", subjects=["nl"])
+    for n in ["c", "a", "b"]:
+        await js.add_consumer("NL", ConsumerConfig(durable_name=n, ack_policy=AckPolicy.EXPLICIT))
+    r = await api(nc, "$JS.API.CONSUMER.NAMES.NL")
+    assert (r["total"], r["offset"], r["limit"], r["consumers"]) == (3, 0, 1024, ["a", "b", "c"])
+    r = await api(nc, "$JS.API.CONSUMER.LIST.NL", {"offset": 1})
+    assert (r["total"], r["offset"], r["limit"]) == (3, 1, 256)
+    assert [c["name"] for c in r["consumers"]] == ["b", "c"]
+    assert "_nats.ver" not in r["consumers"][0]["config"]["metadata"]
+    r = await api(nc, "$JS.API.CONSUMER.NAMES.NOPE")
+    assert error_of(r) == (404, 10059, "stream not found")
+    infos = await js.consumers_info("NL")
+    assert sorted(i.name for i in infos) == ["a", "b", "c"]
+
+
+async def test_bad_input_never_disturbs_other_consumers(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="BAD", subjects=["bad.*"])
+    for i in range(3):
+        await js.publish("bad.x", str(i).encode())
+    await js.add_consumer("BAD", ConsumerConfig(durable_name="good", ack_policy=AckPolicy.EXPLICIT))
+    m = await nc.request("$JS.API.CONSUMER.MSG.NEXT.BAD.good", b'{"batch":"x"}', timeout=2)
+    assert m.headers["Status"] == "400"
+    assert m.headers["Description"].startswith("Bad Request - json: cannot unmarshal string")
+    m = await nc.request(
+        "$JS.API.CONSUMER.MSG.NEXT.BAD.good",
+        json.dumps({"batch": 1, "expires": 1_000_000_000, "idle_heartbeat": 900_000_000}).encode(),
+        timeout=2,
+    )
+    assert (m.headers["Status"], m.headers["Description"]) == (
+        "400",
+        "Bad Request - heartbeat value too large",
+    )
+    with pytest.raises(nats.errors.NoRespondersError):
+        await nc.request("$JS.API.CONSUMER.MSG.NEXT.BAD.nope", b"", timeout=2)
+    # Bogus ack subjects and payloads: ignored (or replied to), never fatal.
+    await nc.publish("$JS.ACK.BAD.good.x.y.z.w.v", b"")
+    await nc.publish("$JS.ACK.BAD.good.1.999.999.0.0", b"+ACK")
+    await nc.publish("$JS.ACK.BAD.good", b"garbage")
+    await nc.publish("$JS.ACK.BAD.good.1.1.1.0.0", b"\xff\xfe-NAK {bad json")
+    r = await nc.request("$JS.ACK.BAD.good.1.1.1.0.0", b"whatever", timeout=2)
+    assert r.data == b""
+    await nc.flush()
+    psub = await js.pull_subscribe_bind("good", "BAD")
+    msgs = await psub.fetch(3, timeout=3)
+    assert [x.data for x in msgs] == [b"0", b"1", b"2"]
+    for x in msgs:
+        await x.ack_sync()
+    info = await js.consumer_info("BAD", "good")
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (0, 3)
+
+
+async def test_headers_only_push(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="HO", subjects=["ho"])
+    await js.publish("ho", b"12345678", headers={"X-Foo": "bar"})
+    sub = await js.subscribe("ho", config=ConsumerConfig(headers_only=True, deliver_policy=DeliverPolicy.ALL))
+    m = await sub.next_msg(timeout=3)
+    assert m.data == b""
+    assert m.headers == {"X-Foo": "bar", "Nats-Msg-Size": "8"}
+    await sub.unsubscribe()
+
+
+async def test_replay_original_keeps_gaps(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="RO", subjects=["ro"])
+    for i in range(3):
+        await js.publish("ro", str(i).encode())
+        await asyncio.sleep(0.3)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.flush()
+    await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.RO",
+        {"stream_name": "RO", "config": {"deliver_subject": inbox, "replay_policy": "original"}},
+    )
+    times = []
+    for _ in range(3):
+        await sub.next_msg(timeout=5)
+        times.append(time.monotonic())
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert all(0.2 < g < 0.6 for g in gaps), gaps
+
+
+async def test_rate_limit_slows_push(nc: nats.NATS, target: Target) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="RL", subjects=["rl"])
+    payload = b"x" * 100_000
+    for _ in range(30):
+        await js.publish("rl", payload)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.flush()
+    # 8 Mbit/s = 1 MB/s with a 1 MiB burst (max_payload): 3 MB takes about 2 s, not ~0.
+    await api(
+        nc,
+        "$JS.API.CONSUMER.CREATE.RL",
+        {"stream_name": "RL", "config": {"deliver_subject": inbox, "rate_limit_bps": 8_000_000}},
+    )
+    t0 = time.monotonic()
+    for _ in range(30):
+        await sub.next_msg(timeout=10)
+    elapsed = time.monotonic() - t0
+    assert 1.2 < elapsed < 6.0, elapsed
