@@ -77,9 +77,11 @@ async def test_corruption_keeps_prefix_and_moves_file_aside(tmp_path) -> None:  
         lg.deliver(cid, q, q)
     await lg.close()
     path = os.path.join(tmp_path, LOG_NAME)
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     data[len(data) // 2] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    with open(path, "wb") as f:
+        f.write(bytes(data))
     lg2 = await ConsumerLog.open(str(tmp_path))
     try:
         st = lg2.recovered["d"].state
