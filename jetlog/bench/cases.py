@@ -126,6 +126,72 @@ async def direct_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool
     return await _random_gets(nc, js, name, quick, direct=True)
 
 
+async def _consumer_fill(nc: nats.NATS, js: JetStreamContext, name: str, n: int) -> None:
+    await _stream(js, name)
+    ajs = nc.jetstream(publish_async_max_pending=512)
+    for _ in range(n):
+        await ajs.publish_async(f"{name.lower()}.x", b"v" * 128)
+    await ajs.publish_async_completed()
+
+
+async def fetch_batches(
+    nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, ack: str = "none"
+) -> Result:
+    """Pull consumer: fetch(1000) repeatedly until the stream is drained; msgs/s.
+
+    ack: ``none`` (ack policy none), ``explicit`` (``ack()`` each message), ``all`` (ack policy
+    all, ``ack()`` on the last message of each batch).
+    """
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    n = 20000 if quick else 100000
+    await _consumer_fill(nc, js, name, n)
+    policy = {"none": AckPolicy.NONE, "explicit": AckPolicy.EXPLICIT, "all": AckPolicy.ALL}[ack]
+    await js.add_consumer(name, ConsumerConfig(durable_name="bench", ack_policy=policy, max_ack_pending=-1))
+    psub = await js.pull_subscribe_bind("bench", name)
+    got = 0
+    t0 = time.perf_counter()
+    while got < n:
+        msgs = await psub.fetch(1000, timeout=10)
+        got += len(msgs)
+        if ack == "explicit":
+            for m in msgs:
+                await m.ack()
+        elif ack == "all" and msgs:
+            await msgs[-1].ack()
+    await nc.flush()
+    return Result(got / (time.perf_counter() - t0))
+
+
+async def push_rate(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+    """Push consumer (ack none, flow control + heartbeats): delivered msgs/s."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    n = 20000 if quick else 100000
+    await _consumer_fill(nc, js, name, n)
+    done = asyncio.get_running_loop().create_future()
+    count = 0
+
+    async def cb(msg: object) -> None:
+        nonlocal count
+        count += 1
+        if count >= n and not done.done():
+            done.set_result(None)
+
+    t0 = time.perf_counter()
+    sub = await js.subscribe(
+        f"{name.lower()}.x",
+        cb=cb,
+        config=ConsumerConfig(ack_policy=AckPolicy.NONE, flow_control=True, idle_heartbeat=5.0),
+        pending_msgs_limit=-1,
+        pending_bytes_limit=-1,
+    )
+    await asyncio.wait_for(done, 120)
+    el = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return Result(count / el)
+
+
 def all_cases() -> dict[str, Case]:
     """Every case by name, in report order."""
     cases: dict[str, Case] = {"pub-sync 128B": pub_sync}
@@ -142,4 +208,15 @@ def all_cases() -> dict[str, Case]:
     cases["pub-fire 128B"] = pub_fire
     cases["msg-get"] = msg_get
     cases["direct-get"] = direct_get
+
+    def fetch_case(ack: str) -> Case:
+        async def case(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+            return await fetch_batches(nc, js, name, quick, ack)
+
+        return case
+
+    cases["fetch(1000) ack none"] = fetch_case("none")
+    cases["fetch(1000) ack explicit each"] = fetch_case("explicit")
+    cases["fetch(1000) ack all on last"] = fetch_case("all")
+    cases["push ack none (flow control)"] = push_rate
     return cases
