@@ -1,15 +1,19 @@
-"""Commit latency of ``FileStore`` (append → commit listener) with an idle and a busy event loop:
-the old thread path against the fsync helper process (not a test).
+"""Commit latency of ``FileStore`` (append → commit listener) with an idle and a busy event loop,
+for several implementations of the commit path (not a test).
 
     .venv/bin/python bench/commit_latency_bench.py [--impls old,thread,helper] [--loops idle,busy]
-        [--seconds 4] [--baseline-rev HEAD] [--dir DIR] [--uvloop] [--compression-study]
-        [--json FILE]
+        [--seconds 4] [--rounds 1] [--baseline-rev HEAD] [--dir DIR] [--uvloop]
+        [--compression-study] [--json FILE]
 
 Implementations:
-  old     the store as committed at ``--baseline-rev`` (``git archive`` into a temp dir): write +
-          fdatasync of each job in a flusher thread (``run_in_executor``)
+  old     the store as committed at ``--baseline-rev`` (``git archive`` into a temp dir) with its
+          default options (at 2f31d30: the helper process, one job in flight)
   thread  this tree with ``syncer="thread"``: write on the loop, fdatasync in a thread
-  helper  this tree with the default fsync helper process
+  helper  this tree with the default fsync helper process (pipelined group commit)
+  serial  this tree with the helper, ``pipeline.MAX_INFLIGHT = 1`` (no pipelining)
+
+``--rounds N`` runs every case N times, alternating implementations within each round, and
+reports per-metric medians.
 
 Loops: ``idle`` (only the benchmark) and ``busy`` (plus a task that burns 0.4 ms of CPU and
 yields with ``await asyncio.sleep(0)``, forever — the loop under publish load never blocks in
@@ -30,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +69,10 @@ async def _case(args: argparse.Namespace) -> dict[str, Any]:
         import jetlog.log.commit as cmod
 
         cmod.COMPRESS_INLINE_MAX = args.inline_max
+    if args.max_inflight is not None:
+        import jetlog.log.pipeline as pmod
+
+        pmod.MAX_INFLIGHT = args.max_inflight
     d = tempfile.mkdtemp(prefix="jetlog-commit-bench-", dir=args.dir)
     kw: dict[str, Any] = {"segment_bytes": 64 << 20, "compression": args.compression}
     if args.impl != "old":
@@ -179,6 +188,10 @@ def _run_case(src: str, args: argparse.Namespace, impl: str, loop: str, extra: l
     return res
 
 
+def _median(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+
+
 def _table(rows: list[tuple[str, str, dict[str, Any]]]) -> str:
     lines = [
         "| impl | loop | latency p50 ms | p90 ms | p99 ms | samples | 128 B appends/s |",
@@ -198,6 +211,7 @@ def main() -> None:
     ap.add_argument("--loops", default="idle,busy")
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
     ap.add_argument("--max-samples", type=int, default=5000)
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds; medians are reported")
     ap.add_argument("--size", type=int, default=PAYLOAD)
     ap.add_argument("--baseline-rev", default="HEAD")
     ap.add_argument("--dir", default=None, help="where stores are created (a real disk)")
@@ -210,6 +224,7 @@ def main() -> None:
     ap.add_argument("--loop", default="idle", help=argparse.SUPPRESS)
     ap.add_argument("--compression", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--inline-max", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--max-inflight", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         _worker(args)
@@ -222,14 +237,23 @@ def main() -> None:
             f"dir {args.dir or tempfile.gettempdir()}",
             flush=True,
         )
-        rows: list[tuple[str, str, dict[str, Any]]] = []
-        for impl in args.impls.split(","):
-            src = _baseline(args.baseline_rev, tmp) if impl == "old" else REPO
+        impls = args.impls.split(",")
+        old_src = _baseline(args.baseline_rev, tmp) if "old" in impls else ""
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for rnd in range(args.rounds):
             for loop in args.loops.split(","):
-                r = _run_case(src, args, impl, loop, [])
-                rows.append((impl, loop, r))
-                print(f"{impl:7} {loop:5} {json.dumps({k: round(v, 3) for k, v in r.items()})}", flush=True)
+                for impl in impls:
+                    src = old_src if impl == "old" else REPO
+                    extra = ["--max-inflight", "1"] if impl == "serial" else []
+                    r = _run_case(src, args, impl, loop, extra)
+                    runs.setdefault((impl, loop), []).append(r)
+                    vals = json.dumps({k: round(v, 3) for k, v in r.items()})
+                    print(f"{rnd + 1} {impl:7} {loop:5} {vals}", flush=True)
+        rows = [(impl, loop, _median(rs)) for (impl, loop), rs in runs.items()]
+        rows.sort(key=lambda x: (args.loops.split(",").index(x[1]), impls.index(x[0])))
         print()
+        if args.rounds > 1:
+            print(f"medians of {args.rounds} rounds:")
         print(_table(rows))
         study: list[tuple[str, str, dict[str, Any]]] = []
         if args.compression_study:

@@ -1,26 +1,31 @@
 """Group commit: the pending-batch structures the loop fills and the job the flusher runs.
 
 The loop encodes each mutation into the open batch at once (records are fully encoded, with
-their CRC, in ``append``). The flusher takes everything pending as one job, seals it (joins,
-checksums and, for compressed stores, compresses each batch), writes it with ``writev`` and
-waits for one ``fdatasync`` through a ``SyncService`` (normally the helper process of
-``syncer.py``). While a job is in flight new mutations accumulate for the next one.
+their CRC, in ``append``). The flusher (``pipeline.py``) takes everything pending as one job,
+seals it (joins, checksums and, for compressed stores, compresses each batch), writes it with
+``writev`` and requests one ``fdatasync`` through a ``SyncService`` (normally the helper process
+of ``syncer.py``). While a job is in flight new mutations accumulate for the next one, which
+may be written and its sync requested before the previous sync returned
+(``pipeline.MAX_INFLIGHT``).
 
 Where the work runs: everything but the sync runs on the event loop. A thread would have to
 win this process's GIL back from a busy loop to report completion, which under load costs far
 more than the work itself (see ``syncer.py``). The write goes to the page cache and normally
 takes microseconds; the trade-off is that under dirty-page throttling (writeback far behind,
 e.g. another process flooding the disk) ``write`` can block the whole loop for as long as the
-kernel throttles it. Each job is fdatasync'ed before the next is written, so this store keeps
-at most one job's bytes dirty per stream.
+kernel throttles it. At most ``pipeline.MAX_INFLIGHT`` jobs are written and not yet synced, so
+this store keeps at most that many jobs' bytes dirty per stream.
 
 Crash ordering:
 - Acknowledgement: a commit is reported only after the sync covering it succeeded; a job's
-  sync is issued after all of its writes returned.
+  sync is issued after all of its writes returned. With jobs pipelined, commits are still
+  reported in job order (``pipeline.py``).
 - A segment roll inside a job syncs the old segment before the new file is created, so a later
   segment never holds data whose predecessor's tail could be missing (recovery treats a damaged
   non-last segment as corruption, not as a torn tail). The directory is fsynced after the create
-  and before anything written to the new file is reported durable.
+  and before anything written to the new file is reported durable. A job holding a roll is
+  never pipelined: it starts when nothing else is in flight and the next job starts after it
+  is committed (``run_job``); jobs without one are written by ``write_job``.
 """
 
 from __future__ import annotations
@@ -188,7 +193,8 @@ class StoreSync:
 
 class Job(NamedTuple):
     """Everything one group commit writes (every batch sealed). ``fd``/``handle``: the writer
-    segment's fd and its sync handle."""
+    segment's fd and its sync handle; ``size``: the bytes already *written* to it (including
+    jobs still in flight), where this job's first batch goes. ``rolls``: holds a ``Roll``."""
 
     number: int
     actions: list[PendingBatch | Roll]
@@ -198,6 +204,7 @@ class Job(NamedTuple):
     handle: int
     size: int
     sync: bool
+    rolls: bool = False
 
 
 class JobResult(NamedTuple):
@@ -237,15 +244,7 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
                 await sync.fsync(dir_handle)  # the new file's directory entry
                 seg, fd, handle, size = act.new, new_fd, new_handle, 0
                 continue
-            if not act.sealed:
-                raise StorageError("internal: unsealed batch in a job")
-            hdr, body = act.parts
-            if act.pos >= 0 and act.pos != size:
-                raise StorageError(f"internal: batch expected at {act.pos}, segment is {size} bytes")
-            batch_pos.append(size)
-            bufs.append(hdr)
-            bufs.append(body)
-            size += len(hdr) + len(body)
+            size = _stage(act, size, batch_pos, bufs)
         if bufs:
             io.write(fd, bufs)
         if job.sync:
@@ -263,3 +262,38 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
         raise
     sizes.append((seg, size))
     return JobResult(batch_pos, sizes, opened, syncs)
+
+
+def _stage(act: PendingBatch, size: int, batch_pos: list[int], bufs: list[bytes]) -> int:
+    """Queue one sealed batch for writing at offset ``size``; return the size after it."""
+    if not act.sealed:
+        raise StorageError("internal: unsealed batch in a job")
+    hdr, body = act.parts
+    if act.pos >= 0 and act.pos != size:
+        raise StorageError(f"internal: batch expected at {act.pos}, segment is {size} bytes")
+    batch_pos.append(size)
+    bufs.append(hdr)
+    bufs.append(body)
+    return size + len(hdr) + len(body)
+
+
+def write_job(io: SegmentIO, job: Job) -> JobResult:
+    """Write a job without a ``Roll`` (synchronously, on the loop); its sync is the caller's
+    (``start_sync``). ``syncs`` counts that sync. Raises like ``run_job``."""
+    if job.rolls:
+        raise StorageError("internal: write_job got a roll")
+    batch_pos: list[int] = []
+    bufs: list[bytes] = []
+    size = job.size
+    for act in job.actions:
+        assert isinstance(act, PendingBatch)
+        size = _stage(act, size, batch_pos, bufs)
+    if bufs:
+        io.write(job.fd, bufs)
+    return JobResult(batch_pos, [(job.seg, size)], [], 1 if job.sync else 0)
+
+
+def start_sync(sync: SyncService, handle: int) -> asyncio.Future[None]:
+    """Request ``fdatasync(handle)`` now and return its future. The ``Syncer`` sends the request
+    before returning; a service whose ``fdatasync`` is a coroutine starts on the next loop step."""
+    return asyncio.ensure_future(sync.fdatasync(handle))

@@ -10,11 +10,13 @@ writes at close. Every in-memory structure is mutated on the loop only; threads 
 snapshots and return results that the loop applies.
 
 Write path: ``append`` encodes the record (with its CRC) into the open batch at once and
-indexes it; the record is readable immediately (served from memory until written). The
-flusher takes everything pending as one job (group commit, ``commit.run_job``): it writes it
-on the loop and awaits one fdatasync from the helper, then advances ``committed_seq`` and calls
-the commit listeners. A write or fsync error fails the store for good (no retry: after a failed
-fsync the page cache state is unknown). A dead helper is not an fsync error: the syncer
+indexes it; the record is readable immediately (served from memory until committed). The
+flusher (``pipeline.py``) takes everything pending as one job (group commit): it writes it on
+the loop and requests one fdatasync from the helper; when that returns it advances
+``committed_seq`` and calls the commit listeners. The next job may be written and its sync
+requested while the previous sync runs (``pipeline.MAX_INFLIGHT``); commits are still
+reported in job order. A write or fsync error fails the store for good (no retry: after a
+failed fsync the page cache state is unknown). A dead helper is not an fsync error: the syncer
 restarts it and re-issues the syncs it did not answer (see ``syncer.py``).
 """
 
@@ -25,7 +27,6 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from array import array
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -36,20 +37,11 @@ from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
 from jetlog.log.base import IndexedStore
-from jetlog.log.commit import (
-    Job,
-    JobResult,
-    OpenBatch,
-    PendingBatch,
-    Roll,
-    StoreSync,
-    run_job,
-    seal_compressed,
-    seal_pending,
-)
+from jetlog.log.commit import OpenBatch, PendingBatch, Roll, StoreSync
 from jetlog.log.compaction import delete_segments, rewrite_segment
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
+from jetlog.log.pipeline import Flusher
 from jetlog.log.recovery import Recovered, build_index, prepare_dir, recover, write_idx_file
 from jetlog.log.segment import COMPRESSED, OsIO, Segment, SegmentIO, read_record
 from jetlog.log.store import RecoveryReport, StoredMsg
@@ -95,7 +87,6 @@ class FileStore(IndexedStore):
         self._io = io
         self._lock_fd = lock_fd
         self._compressed = compression
-        self._always = fsync == "always"
         self._segment_bytes = segment_bytes
         self._sync_interval = int(sync_interval * 1e9)  # ns
         self.epoch = rec.epoch
@@ -115,20 +106,12 @@ class FileStore(IndexedStore):
             raise
         self._ob = OpenBatch(self._seg, self._seg.size, ix.last_seq)
         self._queue: list[PendingBatch | Roll] = []
-        self._pend: dict[int, tuple[bytes, bytes]] = {}
-        self._inflight: dict[int, tuple[bytes, bytes]] = {}
+        self._rolls = 0  # ``Roll``s in ``_queue``
+        self._pend: dict[int, tuple[bytes, bytes]] = {}  # records of the open batch and ``_queue``
         self._committed = ix.last_seq
-        self._jobs_taken = 0
-        self._jobs_done = 0
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._failed: BaseException | None = None
         self._refuse = False
         self._closed = False
-        self._stopping = False
-        self._idle = False
-        self._unsynced = False
-        self._last_sync = time.monotonic_ns()
-        self._wake = asyncio.Event()
         self._cctx = zstandard.ZstdCompressor(level=3) if compression else None
         self._dctx = zstandard.ZstdDecompressor()
         self._fd_lru: OrderedDict[Segment, None] = OrderedDict()
@@ -144,9 +127,7 @@ class FileStore(IndexedStore):
             lost_seqs=tuple(rec.lost),
         )
         self._maint = Maintenance(self, auto_compact, compact_threshold)
-        self._flusher = asyncio.get_running_loop().create_task(
-            self._run_flusher(), name=f"jetlog-flush:{path}"
-        )
+        self._fl = Flusher(self, fsync == "always")
 
     @classmethod
     async def open(
@@ -306,8 +287,9 @@ class FileStore(IndexedStore):
             ob.first_rec = seq
         ob.nrec += 1
         ob.last_rec = seq
-        if self._idle:
-            self._kick()
+        fl = self._fl
+        if fl.idle:
+            fl.kick()
         return seq
 
     def remove(self, seq: int, erase: bool = False) -> bool:
@@ -331,12 +313,12 @@ class FileStore(IndexedStore):
                         ops[-1] = (pa, b)
                         continue
             ops.append((a, b))
-        if self._idle:
-            self._kick()
+        if self._fl.idle:
+            self._fl.kick()
 
     def _skipped(self) -> None:
-        if self._idle:
-            self._kick()
+        if self._fl.idle:
+            self._fl.kick()
 
     def _mutated(self) -> None:
         self._ix.prune()
@@ -370,6 +352,7 @@ class FileStore(IndexedStore):
         old = self._seg
         new = Segment(self.path, self._ix.last_seq + 1)
         self._queue.append(Roll(old, new))
+        self._rolls += 1
         self._segs.append(new)
         self._seg = new
         self._ob = OpenBatch(new, 0, self._ix.last_seq)
@@ -379,128 +362,13 @@ class FileStore(IndexedStore):
         ob = self._ob
         return bool(self._queue or ob.nrec or ob.ops or self._ix.last_seq != ob.base_seq)
 
-    # ---- group commit ---------------------------------------------------------------------
-    def _kick(self) -> None:
-        self._idle = False
-        self._wake.set()
-
+    # ---- group commit (``pipeline.Flusher``) --------------------------------------------
     async def flush(self) -> None:
-        self._raise_if_failed()
-        pending = self._has_pending()
-        if not pending and self._jobs_taken == self._jobs_done:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((self._jobs_taken + (1 if pending else 0), fut))
-        self._kick()
-        await fut
+        await self._fl.flush()
 
     def _raise_if_failed(self) -> None:
         if self._failed is not None:
             raise StreamUnavailableError(f"store {self.path} failed: {self._failed}")
-
-    async def _run_flusher(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                if not self._has_pending():
-                    if self._stopping:
-                        return
-                    timer = None
-                    if self._unsynced:
-                        delay = max(0.0, (self._last_sync + self._sync_interval - time.monotonic_ns()) / 1e9)
-                        timer = loop.call_later(delay, self._kick)
-                    self._idle = True
-                    self._wake.clear()
-                    await self._wake.wait()
-                    self._idle = False
-                    if timer is not None:
-                        timer.cancel()
-                    if not self._has_pending():
-                        if self._unsynced and time.monotonic_ns() - self._last_sync >= self._sync_interval:
-                            await self._ss.sync_writer()  # interval mode's periodic sync
-                            self._last_sync = time.monotonic_ns()
-                            self._unsynced = False
-                        continue
-                job = self._take()
-                if self._compressed:
-                    job = job._replace(actions=await seal_compressed(job.actions, self._cctx, self._exec))
-                res = await run_job(self._io, self._ss.service, self._ss.dir, job)
-                self._commit(job, res)
-        except asyncio.CancelledError:
-            raise
-        except (OSError, StorageError) as exc:
-            self._fail(exc)
-        except Exception as exc:
-            log.exception("flusher of %s crashed", self.path)
-            self._fail(exc)
-
-    def _take(self) -> Job:
-        self._close_batch()
-        actions = self._queue
-        self._queue = []
-        if not self._compressed:
-            actions = [seal_pending(a, None) if isinstance(a, PendingBatch) else a for a in actions]
-        self._inflight = self._pend
-        self._pend = {}
-        self._jobs_taken += 1
-        sync = self._always or time.monotonic_ns() - self._last_sync >= self._sync_interval
-        fd = self._wseg.fd
-        assert fd is not None
-        return Job(
-            self._jobs_taken,
-            actions,
-            self._ix.last_seq,
-            self._wseg,
-            fd,
-            self._ss.writer,
-            self._wseg.size,
-            sync,
-        )
-
-    def _commit(self, job: Job, res: JobResult) -> None:
-        it = iter(res.batch_pos)
-        opened = {seg: (fd, h) for seg, fd, h in res.opened}
-        self._ss.syncs += res.syncs
-        for act in job.actions:
-            if isinstance(act, Roll):
-                act.old.sealed = True
-                self._schedule_index(act.old)
-                self._track_fd(act.old)
-                act.new.fd, handle = opened[act.new]
-                self._ss.rolled(handle)
-                self._wseg = act.new
-                continue
-            bpos = next(it)
-            seg = act.seg
-            seg.batches.append(bpos)
-            for a, b in act.ops:
-                seg.ops.append(a)
-                seg.ops.append(b)
-            seg.last_seq = act.last_seq
-            seg.last_ts = act.last_ts
-            if act.pos < 0 and act.nrec:
-                self._ix.set_pos(act.first_rec, act.last_rec, bpos)
-        for seg, size in res.sizes:
-            seg.size = size
-        if job.sync:
-            self._last_sync = time.monotonic_ns()
-            self._unsynced = False
-        else:
-            self._unsynced = True
-        self._inflight = {}
-        self._jobs_done = job.number
-        if self._waiters:
-            keep = []
-            for target, fut in self._waiters:
-                if target <= job.number:
-                    if not fut.done():
-                        fut.set_result(None)
-                else:
-                    keep.append((target, fut))
-            self._waiters = keep
-        if job.last_seq > self._committed:
-            self._committed = job.last_seq
-            self._notify(job.last_seq)
 
     def _fail(self, exc: BaseException) -> None:
         if self._failed is not None:
@@ -508,11 +376,7 @@ class FileStore(IndexedStore):
         self._failed = exc
         self._refuse = True
         log.error("store %s failed, refusing further writes: %s", self.path, exc)
-        err = StreamUnavailableError(f"store {self.path} failed: {exc}")
-        for _, fut in self._waiters:
-            if not fut.done():
-                fut.set_exception(err)
-        self._waiters = []
+        self._fl.fail(StreamUnavailableError(f"store {self.path} failed: {exc}"))
         self._maint.poke()
 
     # ---- index files ----------------------------------------------------------------------
@@ -522,8 +386,8 @@ class FileStore(IndexedStore):
     # ---- reads ----------------------------------------------------------------------------
     def _read(self, blk: Block, i: int) -> StoredMsg:
         seq = blk.seqs[i]
-        if seq > self._committed:
-            t = self._pend.get(seq) or self._inflight.get(seq)
+        if seq > self._committed:  # not committed: in the open batch or a job in flight
+            t = self._pend.get(seq) or self._fl.record(seq)
             if t is not None:
                 return StoredMsg(seq, self._ix.subjects.names[blk.sid[i]], t[0], t[1], blk.ts[i])
         seg: Segment = blk.seg
@@ -583,13 +447,13 @@ class FileStore(IndexedStore):
         self._closed = True
         self._refuse = True
         if self._failed is None:
-            self._stopping = True
-            self._kick()
+            self._fl.stopping = True
+            self._fl.kick()
             with contextlib.suppress(Exception):
-                await self._flusher
+                await self._fl.task
             await self._maint.indexes_written()
             await self._maint.stop()
-            if self._failed is None and self._unsynced and self._wseg.fd is not None:
+            if self._failed is None and self._fl.unsynced and self._wseg.fd is not None:
                 try:  # interval mode: what was written since the last sync becomes durable now
                     await self._ss.sync_writer()
                 except OSError as exc:
@@ -603,9 +467,9 @@ class FileStore(IndexedStore):
                 except OSError as exc:
                     log.warning("could not write index of %s: %s", self._seg.path, exc)
         else:
-            self._flusher.cancel()
+            self._fl.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+                await self._fl.task
             await self._maint.indexes_written()
             await self._maint.stop()
         await self._shutdown()
@@ -628,9 +492,9 @@ class FileStore(IndexedStore):
         """Test hook: drop everything as a crash would (no flush, no index files)."""
         self._closed = True
         self._refuse = True
-        self._flusher.cancel()
+        self._fl.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._flusher
+            await self._fl.task
         await self._maint.cancel_indexes()
         await self._maint.stop()
         await self._shutdown()

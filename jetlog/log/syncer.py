@@ -49,6 +49,7 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -77,11 +78,14 @@ class SyncService(Protocol):
         """Stop tracking a handle (no sync of it may be awaited any more)."""
         ...
 
-    async def fdatasync(self, handle: int) -> None:
-        """Make the file's written data durable; ``OSError`` on an I/O error."""
+    def fdatasync(self, handle: int) -> Awaitable[None]:
+        """Make the file's written data durable; ``OSError`` on an I/O error. Covers everything
+        written to the file before the call. May be a coroutine function; a service that
+        returns a future should issue the request before returning (the file store pipelines
+        its commits on that, see ``pipeline.py``)."""
         ...
 
-    async def fsync(self, handle: int) -> None:
+    def fsync(self, handle: int) -> Awaitable[None]:
         """``fsync`` (used for directory fds: creates, renames, unlinks)."""
         ...
 
@@ -125,11 +129,11 @@ class ThreadSync:
     def forget(self, handle: int) -> None:
         self._fds.pop(handle, None)
 
-    async def fdatasync(self, handle: int) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._fds[handle])
+    def fdatasync(self, handle: int) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._fds[handle])
 
-    async def fsync(self, handle: int) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._exec, os.fsync, self._fds[handle])
+    def fsync(self, handle: int) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().run_in_executor(self._exec, os.fsync, self._fds[handle])
 
 
 class _Handle:
@@ -213,11 +217,12 @@ class Syncer:
         if not h.inflight:
             os.close(h.fd)
 
-    async def fdatasync(self, handle: int) -> None:
-        await self._request(wire.OP_FDATASYNC, handle)
+    def fdatasync(self, handle: int) -> asyncio.Future[None]:
+        """The request is sent (or queued for a restarting helper) before this returns."""
+        return self._request(wire.OP_FDATASYNC, handle)
 
-    async def fsync(self, handle: int) -> None:
-        await self._request(wire.OP_FSYNC, handle)
+    def fsync(self, handle: int) -> asyncio.Future[None]:
+        return self._request(wire.OP_FSYNC, handle)
 
     def inject_error(self, err: int, count: int = 1) -> None:
         """Test seam: the next ``count`` sync rounds fail with ``err`` without touching the disk

@@ -22,8 +22,8 @@ from jetlog.log import FileStore
 def payload(seq):
     return hashlib.blake2b(str(seq).encode()).digest() * (1 + seq % 7)
 
-async def main(path, compression):
-    store = await FileStore.open(path, segment_bytes=16384, compression=compression)
+async def main(path, compression, segment_bytes):
+    store = await FileStore.open(path, segment_bytes=segment_bytes, compression=compression)
     out = sys.stdout
     def on_commit(seq):
         out.write(f"C {seq}\n")
@@ -33,6 +33,7 @@ async def main(path, compression):
     out.write(f"O {store.last_seq}\n")
     out.flush()
     rounds = 0
+    piped = False
     while True:
         for _ in range(40):
             seq = store.last_seq + 1
@@ -47,8 +48,12 @@ async def main(path, compression):
             out.write(f"P {cutoff}\n")  # durable
             out.flush()
         await asyncio.sleep(0)
+        if not piped and len(store._fl.flights) > 1:  # a job written behind one still syncing
+            piped = True
+            out.write("D 2\n")
+            out.flush()
 
-asyncio.run(main(sys.argv[1], sys.argv[2] == "1"))
+asyncio.run(main(sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])))
 """
 
 
@@ -65,10 +70,13 @@ def _exited(pid: int) -> bool:
         return True
 
 
-async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int, int, int]:
+async def _run_child(
+    path: str, compression: bool, segment_bytes: int, kill_after: int
+) -> tuple[int, int, int, bool]:
     """Run the writer until it reported ``kill_after`` commits, SIGKILL it; return (highest
-    reported commit, highest durable purge cutoff, highest purge cutoff it may have issued).
-    Also checks that the writer's fsync helper process does not outlive it."""
+    reported commit, highest durable purge cutoff, highest purge cutoff it may have issued,
+    whether it had two jobs in flight at once). Also checks that the writer's fsync helper
+    process does not outlive it."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -76,12 +84,14 @@ async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int
         CHILD,
         path,
         "1" if compression else "0",
+        str(segment_bytes),
         stdout=asyncio.subprocess.PIPE,
         env=env,
         cwd=str(REPO),
     )
     assert proc.stdout is not None
     committed = purged = intent = 0
+    piped = False
     commits = 0
     helper = 0
     killed = False
@@ -101,6 +111,8 @@ async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int
             intent = max(intent, v)
         elif kind == b"H":
             helper = v
+        elif kind == b"D":
+            piped = True
         if commits >= kill_after and not killed:
             proc.send_signal(signal.SIGKILL)  # lines already in the pipe still count
             killed = True
@@ -111,16 +123,21 @@ async def _run_child(path: str, compression: bool, kill_after: int) -> tuple[int
             break
         await asyncio.sleep(0.01)
     assert _exited(helper), f"fsync helper {helper} outlived its killed writer"
-    return committed, purged, intent
+    return committed, purged, intent, piped
 
 
 async def test_kill_9_during_group_commit(tmp_path: Path) -> None:
     rng = random.Random(int.from_bytes(os.urandom(4), "little"))
     path = str(tmp_path / "store")
+    pipelined = 0
     for it in range(6):
-        committed, purged, intent = await _run_child(
-            path, compression=it % 2 == 1, kill_after=rng.randint(3, 60)
+        # Small segments: nearly every group commit holds a segment roll (never pipelined).
+        # Large ones: group commits are pipelined (two in flight) most of the time.
+        seg = 16384 if it < 2 else 1 << 20
+        committed, purged, intent, piped = await _run_child(
+            path, compression=it % 2 == 1, segment_bytes=seg, kill_after=rng.randint(3, 60)
         )
+        pipelined += piped
         assert committed > 0
         store = await FileStore.open(path, segment_bytes=16384)
         try:
@@ -146,3 +163,4 @@ async def test_kill_9_during_group_commit(tmp_path: Path) -> None:
             assert live_tail == list(range(start, start + len(live_tail)))
         finally:
             await store.close()
+    assert pipelined, "no writer ever had two group commits in flight"

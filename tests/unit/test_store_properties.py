@@ -18,6 +18,7 @@ import jetlog.log.index as index_mod
 from jetlog.log import FileStore, MemStore
 from jetlog.log.syncer import Syncer, acquire_syncer
 from tests.unit.test_store_model import FILTERS, SUBJECTS, Model, check_store
+from tests.unit.test_store_pipeline import GatedSync
 
 HDR = b"NATS/1.0\r\nX: y\r\n\r\n"
 SETTINGS = settings(
@@ -75,8 +76,12 @@ class MemMachine(RuleBasedStateMachine):
     def mutated(self) -> None:
         """Hook: the model changed."""
 
+    def settle(self) -> None:
+        """Hook: let every sync in flight complete (before anything that waits for them)."""
+
     def teardown(self) -> None:
         if self.store is not None:
+            self.settle()
             self.run(self.store.close())
         self.before_loop_close()
         self.loop.close()
@@ -131,6 +136,7 @@ class MemMachine(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
+        self.settle()
         self.run(self.store.flush())
         assert self.store.committed_seq == self.model.last_seq
         self.durable()
@@ -163,13 +169,25 @@ class FileMachine(MemMachine):
         self.run(self.syncer.release())
 
     async def _open(self) -> Any:
-        return await FileStore.open(
+        store = await FileStore.open(
             os.path.join(self.dir, "s"),
             first_seq=self.first_seq,
             segment_bytes=4096,
             compression=self.compression,
             auto_compact=False,
+            **self.store_kw(),
         )
+        store.add_commit_listener(lambda seq: self._committed(store, seq))
+        self.reported = store.committed_seq
+        return store
+
+    def store_kw(self) -> dict[str, Any]:
+        return {}
+
+    def _committed(self, store: Any, seq: int) -> None:
+        # group commits (pipelined or not) are reported in order, each once
+        assert seq > self.reported and seq == store.committed_seq <= store.last_seq
+        self.reported = seq
 
     def durable(self) -> None:
         self.history = [self.model.copy()]
@@ -184,14 +202,27 @@ class FileMachine(MemMachine):
 
     @rule()
     def reopen(self) -> None:
+        self.settle()
         self.run(self.store.close())
         self.store = self.run(self._open())
         rep = self.store.recovery
         assert (rep.truncated_bytes, rep.quarantined, rep.lost_seqs) == (0, (), ())
         self.durable()
 
+    @rule(steps=st.integers(1, 6), wait=st.booleans())
+    def let_jobs_run(self, steps: int, wait: bool) -> None:
+        """Let the flusher take, write and commit some jobs without a flush: states with
+        jobs in flight (pipelined) are what the invariant then reads."""
+
+        async def spin() -> None:
+            for _ in range(steps):
+                await asyncio.sleep(0.001 if wait else 0)
+
+        self.run(spin())
+
     @rule()
     def compact(self) -> None:
+        self.settle()
         self.run(self.store.compact())
 
     @rule(frac=st.floats(0, 1))
@@ -199,6 +230,7 @@ class FileMachine(MemMachine):
         """Everything un-flushed was being written when the process died: the last segment is
         cut anywhere after its last durable byte. The store must come back as the model at
         some batch boundary at or after the last flush — never half a batch."""
+        self.settle()
         self.run(self.store.flush())
         last = self.store.segments[-1]
         start = self.sizes.get(last.path, 0)
@@ -219,6 +251,7 @@ class FileMachine(MemMachine):
     def flip_a_bit(self, data: Any) -> None:
         """A bit flips in some file at rest: open never fails, never returns wrong bytes, and
         every message it cannot return is reported lost."""
+        self.settle()
         self.run(self.store.close())
         files = sorted(p for p in glob.glob(os.path.join(self.dir, "s", "*.*")) if os.path.getsize(p))
         files = [p for p in files if p.endswith((".log", ".idx"))]
@@ -251,6 +284,39 @@ class FileMachine(MemMachine):
         self.durable()
 
 
+class GatedFileMachine(FileMachine):
+    """FileStore whose fdatasyncs complete only when a rule says so, in any order: jobs stay in
+    flight (two at once, pipelined) across rules, later jobs' syncs often finish first, and the
+    invariant reads records in both jobs in flight and in the open batch."""
+
+    def store_kw(self) -> dict[str, Any]:
+        self.gs = GatedSync()
+        return {"syncer": self.gs}
+
+    def settle(self) -> None:
+        # For the next ``run`` only (a flush or close waits for syncs): every sync completes.
+        self.gs.hold = False
+        while self.gs.held:
+            self.gs.complete(0)
+
+    def mutated(self) -> None:
+        super().mutated()
+        self.run(asyncio.sleep(0))  # the flusher takes a job whenever a slot is free
+
+    def run(self, coro: Any) -> Any:
+        try:
+            return super().run(coro)
+        finally:
+            if hasattr(self, "gs"):
+                self.gs.hold = True
+
+    @rule(data=st.data())
+    def complete_sync(self, data: Any) -> None:
+        if self.gs.held:
+            self.gs.complete(data.draw(st.integers(0, len(self.gs.held) - 1)))
+        self.run(asyncio.sleep(0))
+
+
 class SmallBlockMemMachine(MemMachine):
     """The memory store with 3-entry index blocks: every cross-block path of the index runs."""
 
@@ -269,6 +335,10 @@ TestMemStoreProperties.settings = settings(SETTINGS, max_examples=60)
 TestFileStoreProperties = FileMachine.TestCase
 TestFileStoreProperties.settings = settings(
     SETTINGS, max_examples=int(os.environ.get("JETLOG_PROP_EXAMPLES", "100"))
+)
+TestGatedFileStoreProperties = GatedFileMachine.TestCase
+TestGatedFileStoreProperties.settings = settings(
+    SETTINGS, max_examples=int(os.environ.get("JETLOG_PROP_EXAMPLES_GATED", "60"))
 )
 TestSmallBlockProperties = SmallBlockMemMachine.TestCase
 TestSmallBlockProperties.settings = settings(

@@ -108,6 +108,28 @@ async def test_sync_works_and_errors_travel_back(tmp_path: Path) -> None:
     assert s.mode == "closed" and _gone(pid)
 
 
+async def test_request_is_sent_before_fdatasync_returns(tmp_path: Path) -> None:
+    """The file store pipelines commits on this: the helper has the request as soon as
+    ``fdatasync`` returns its future, without waiting for the loop to run again."""
+    s = acquire_syncer()
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_APPEND)
+    try:
+        h = s.register(fd)
+        await _running(s)
+        await s.fdatasync(h)
+        os.write(fd, b"x" * 100)
+        fut = s.fdatasync(h)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        time.sleep(0.3)  # noqa: ASYNC251 -- the loop is blocked: only a request already sent is answered
+        for _ in range(3):  # read the reply
+            await asyncio.sleep(0)
+        assert fut.done() and fut.exception() is None
+        s.forget(h)
+    finally:
+        os.close(fd)
+        await s.release()
+
+
 async def test_many_concurrent_syncs(tmp_path: Path) -> None:
     s = acquire_syncer()
     fds = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_APPEND) for i in range(8)]

@@ -1,0 +1,325 @@
+"""The flusher of a ``FileStore``: group commits, with up to ``MAX_INFLIGHT`` in flight.
+
+A job (``commit.Job``: everything pending when the flusher takes it) is written on the loop
+(``commit.write_job``) and its fdatasync is requested from the ``SyncService`` at once. While
+that sync runs, the next job can already be taken, written and its sync requested, so the
+helper process starts the next fdatasync the moment the previous one returns (it coalesces
+same-file requests received before a sync starts, and queues the ones that arrive during a
+sync for the next round). Without that, the disk idles between consecutive fsyncs for the
+reply → loop wake → commit → take → write → request → helper wake round trip.
+
+A sync's completion is handled in a done callback (``Flusher._synced``): it commits every
+finished job at the head of the pipeline, in job order, and wakes the flusher task, which takes
+the next job when a slot is free. The task itself only takes, seals and writes jobs.
+
+Invariants (each also stated where it is enforced):
+
+- Order: jobs are committed strictly in job order (the pipeline is a FIFO and only its head
+  is ever committed); ``committed_seq`` and the commit listeners only advance in order; job
+  k+1 is never reported durable before job k, even when k+1's sync returns first (the thread
+  fallback of the syncer can finish them out of order).
+- Fail closed: a failed write or sync fails the store; no job behind it in the pipeline is
+  committed or acknowledged (their syncs are cancelled, their records stay readable).
+- Rolls: a job holding a ``Roll`` is never pipelined. It is taken only when nothing is in
+  flight and runs to its commit (``commit.run_job``: old segment synced before the new file
+  exists, directory fsynced) before the next job is taken.
+- Sizes: ``Flusher.wsize`` is what has been *written* to the writer segment (jobs in flight
+  included); the next job starts there. ``Segment.size`` is the committed size, set when a job
+  commits.
+- Reads: a record is served from memory until its job is committed (the open batch's
+  ``FileStore._pend``, then its ``Flight.recs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from jetlog.errors import StorageError
+from jetlog.log.commit import (
+    Job,
+    JobResult,
+    PendingBatch,
+    Roll,
+    run_job,
+    seal_compressed,
+    seal_pending,
+    start_sync,
+    write_job,
+)
+
+if TYPE_CHECKING:
+    from jetlog.log.filestore import FileStore
+
+log = logging.getLogger("jetlog.log.pipeline")
+
+MAX_INFLIGHT = 2
+"""Jobs written but not yet committed, at most (1: each job's sync completes before the next
+job is written)."""
+
+Records = dict[int, tuple[bytes, bytes]]  # seq → (hdr, data)
+
+
+class Flight:
+    """A taken job until it is committed. ``res``: its write result (None until written);
+    ``fut``: its sync (None: nothing to wait for, e.g. interval mode between syncs)."""
+
+    __slots__ = ("fut", "job", "recs", "res")
+
+    def __init__(self, job: Job, recs: Records) -> None:
+        self.job = job
+        self.recs = recs
+        self.res: JobResult | None = None
+        self.fut: asyncio.Future[None] | None = None
+
+    def ready(self) -> bool:
+        return self.res is not None and (self.fut is None or self.fut.done())
+
+
+class Flusher:
+    """Takes, writes and commits the jobs of one ``FileStore`` (its flusher task and pipeline).
+    All of it runs on the loop."""
+
+    def __init__(self, store: FileStore, always: bool) -> None:
+        self._st = store
+        self._always = always
+        self.flights: deque[Flight] = deque()  # taken, not committed, in job order
+        self.wsize = store._wseg.size  # bytes written to the writer segment (≥ its committed size)
+        self.jobs_taken = 0
+        self.jobs_done = 0
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []  # (job number, flush future)
+        self.idle = False  # the task waits for the next mutation: mutations must ``kick``
+        self.stopping = False
+        self.dead = False  # failed or stopped: nothing is committed any more
+        self.unsynced = False  # interval mode: written since the last sync
+        self.last_sync = time.monotonic_ns()
+        self._wake = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"jetlog-flush:{store.path}")
+
+    # ---- store side -----------------------------------------------------------------------
+    def kick(self) -> None:
+        self.idle = False
+        self._wake.set()
+
+    def record(self, seq: int) -> tuple[bytes, bytes] | None:
+        """(hdr, data) of a record in a job not committed yet (None if in none)."""
+        for fl in self.flights:
+            t = fl.recs.get(seq)
+            if t is not None:
+                return t
+        return None
+
+    async def flush(self) -> None:
+        st = self._st
+        st._raise_if_failed()
+        pending = st._has_pending()
+        if not pending and self.jobs_taken == self.jobs_done:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Everything pending now goes into the next job taken (it takes all of it).
+        self.waiters.append((self.jobs_taken + (1 if pending else 0), fut))
+        self.kick()
+        await fut
+
+    def fail(self, err: BaseException) -> None:
+        """The store failed: commit nothing more, fail every flush waiter, stop the task."""
+        self._drop()
+        for _, fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(err)
+        self.waiters = []
+        self.kick()
+
+    def _drop(self) -> None:
+        # FAIL CLOSED: once dead, ``_synced`` commits nothing, so no job still in the pipeline
+        # is acknowledged even if its sync succeeds. The flights stay for reads.
+        self.dead = True
+        for fl in self.flights:
+            fut = fl.fut
+            if fut is None:
+                continue
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved: no "never retrieved" warning
+
+    # ---- the task -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        st = self._st
+        loop = asyncio.get_running_loop()
+        flights = self.flights
+        try:
+            while st._failed is None:
+                pending = st._has_pending()
+                # ROLLS: a job with a roll is taken only when nothing else is in flight.
+                if pending and len(flights) < MAX_INFLIGHT and not (flights and st._rolls):
+                    await self._start_job()
+                    continue
+                if flights:
+                    # Wait for ``_synced`` (a sync finished: it commits and kicks) or, with a
+                    # slot free and nothing pending, for the next mutation.
+                    self.idle = not pending and len(flights) < MAX_INFLIGHT
+                    self._wake.clear()
+                    await self._wake.wait()
+                    self.idle = False
+                    continue
+                if self.stopping:
+                    return
+                timer = None
+                if self.unsynced:
+                    delay = max(0.0, (self.last_sync + st._sync_interval - time.monotonic_ns()) / 1e9)
+                    timer = loop.call_later(delay, self.kick)
+                self.idle = True
+                self._wake.clear()
+                await self._wake.wait()
+                self.idle = False
+                if timer is not None:
+                    timer.cancel()
+                due = self.unsynced and time.monotonic_ns() - self.last_sync >= st._sync_interval
+                if due and not st._has_pending() and not flights and st._failed is None:
+                    await st._ss.sync_writer()  # interval mode's periodic sync
+                    self.last_sync = time.monotonic_ns()
+                    self.unsynced = False
+        except asyncio.CancelledError:
+            raise
+        except (OSError, StorageError) as exc:
+            st._fail(exc)
+        except Exception as exc:
+            log.exception("flusher of %s crashed", st.path)
+            st._fail(exc)
+        finally:
+            self._drop()
+
+    async def _start_job(self) -> None:
+        st = self._st
+        fl = self._take()
+        self.flights.append(fl)  # READS: its records are served from ``fl.recs`` until committed
+        job = fl.job
+        if st._compressed:
+            job = fl.job = job._replace(actions=await seal_compressed(job.actions, st._cctx, st._exec))
+            if st._failed is not None:
+                return  # an earlier job's sync failed meanwhile: write nothing more
+        if job.rolls:
+            # ROLLS: nothing else is in flight (see ``_run``); ``run_job`` syncs the old segment
+            # before creating the new one and fsyncs the directory, then this job commits before
+            # the next is taken.
+            assert len(self.flights) == 1
+            res = await run_job(st._io, st._ss.service, st._ss.dir, job)
+            fl.res = res
+            self.wsize = res.sizes[-1][1]
+            self._commit_ready()
+            return
+        fl.res = res = write_job(st._io, job)
+        # SIZES: the next job is written after this one, whether or not this one is committed.
+        self.wsize = res.sizes[-1][1]
+        if job.sync:
+            # Requested only now that the whole job is written: the sync covers all of it.
+            fut = fl.fut = start_sync(st._ss.service, job.handle)
+            fut.add_done_callback(self._synced)
+        elif len(self.flights) == 1:
+            self._commit_ready()  # interval mode, no sync due: committed once written
+        # else: interval mode, committed right after the job ahead of it (``_commit_ready``)
+
+    def _take(self) -> Flight:
+        st = self._st
+        st._close_batch()
+        actions = st._queue
+        st._queue = []
+        rolls = st._rolls > 0
+        st._rolls = 0
+        if not st._compressed:
+            actions = [seal_pending(a, None) if isinstance(a, PendingBatch) else a for a in actions]
+        recs = st._pend
+        st._pend = {}
+        self.jobs_taken += 1
+        sync = self._always or time.monotonic_ns() - self.last_sync >= st._sync_interval
+        wseg = st._wseg
+        fd = wseg.fd
+        assert fd is not None
+        # SIZES: starts at the written size, which counts jobs still in flight.
+        job = Job(self.jobs_taken, actions, st._ix.last_seq, wseg, fd, st._ss.writer, self.wsize, sync, rolls)
+        return Flight(job, recs)
+
+    # ---- completion -----------------------------------------------------------------------
+    def _synced(self, fut: asyncio.Future[None]) -> None:
+        """Done callback of a flight's sync (any flight's: only the head is committed)."""
+        if not fut.cancelled():
+            fut.exception()  # retrieved; an error is acted on when its flight is the head
+        if self.dead:
+            return  # FAIL CLOSED: nothing is committed after a failure
+        try:
+            self._commit_ready()
+        except Exception as exc:
+            log.exception("commit of %s failed", self._st.path)
+            self._st._fail(exc)
+        self.kick()  # a slot may be free (or the store failed: the task stops)
+
+    def _commit_ready(self) -> None:
+        """Commit the finished jobs at the head of the pipeline, in job order."""
+        flights = self.flights
+        # ORDER: only the head is ever committed; a later job whose sync finished first waits
+        # here until every job before it is committed.
+        while flights and not self.dead and flights[0].ready():
+            fl = flights[0]
+            fut = fl.fut
+            if fut is not None:
+                err = StorageError("internal: commit sync cancelled") if fut.cancelled() else fut.exception()
+                if err is not None:
+                    # FAIL CLOSED: this job and every later one stay uncommitted (``_st._fail``
+                    # marks the pipeline dead and cancels their syncs).
+                    self._st._fail(err)
+                    return
+            flights.popleft()
+            assert fl.res is not None
+            self._commit(fl.job, fl.res)
+
+    def _commit(self, job: Job, res: JobResult) -> None:
+        st = self._st
+        # ORDER: jobs commit one after another, by number.
+        assert job.number == self.jobs_done + 1, (job.number, self.jobs_done)
+        it = iter(res.batch_pos)
+        opened = {seg: (fd, h) for seg, fd, h in res.opened}
+        st._ss.syncs += res.syncs
+        for act in job.actions:
+            if isinstance(act, Roll):
+                act.old.sealed = True
+                st._schedule_index(act.old)
+                st._track_fd(act.old)
+                act.new.fd, handle = opened[act.new]
+                st._ss.rolled(handle)
+                st._wseg = act.new
+                continue
+            bpos = next(it)
+            seg = act.seg
+            seg.batches.append(bpos)
+            for a, b in act.ops:
+                seg.ops.append(a)
+                seg.ops.append(b)
+            seg.last_seq = act.last_seq
+            seg.last_ts = act.last_ts
+            if act.pos < 0 and act.nrec:
+                st._ix.set_pos(act.first_rec, act.last_rec, bpos)
+        for seg, size in res.sizes:
+            seg.size = size  # SIZES: the committed size (``wsize`` may be ahead)
+        if job.sync:
+            self.last_sync = time.monotonic_ns()
+            self.unsynced = False
+        else:
+            self.unsynced = True
+        self.jobs_done = job.number
+        if self.waiters:
+            keep = []
+            for target, fut in self.waiters:
+                if target <= job.number:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((target, fut))
+            self.waiters = keep
+        # ORDER: ``committed_seq`` and the listeners only move forward, one job at a time.
+        if job.last_seq > st._committed:
+            st._committed = job.last_seq
+            st._notify(job.last_seq)
