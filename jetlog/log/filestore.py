@@ -116,6 +116,7 @@ class FileStore(IndexedStore):
         self._dctx = zstandard.ZstdDecompressor()
         self._fd_lru: OrderedDict[Segment, None] = OrderedDict()
         self._bodies: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
+        self._chunks: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
         self._lost_seqs = tuple(rec.lost)
         self._lost_bytes = rec.lost_bytes
         self.recovery = RecoveryReport(
@@ -395,7 +396,7 @@ class FileStore(IndexedStore):
         aux = blk.aux[i]
         try:
             fd = seg.fd if seg.fd is not None else self._open_fd(seg)
-            r = read_record(self._io, seg, fd, pos, aux, self._dctx, self._bodies)
+            r = read_record(self._io, seg, fd, pos, aux, self._dctx, self._bodies, self._chunks)
         except rc.BatchError as exc:
             raise CorruptSegmentError(seg.path, pos, exc.reason) from exc
         except OSError as exc:

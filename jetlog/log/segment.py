@@ -146,6 +146,12 @@ def read_file(io: SegmentIO, path: str) -> bytes:
         io.close(fd)
 
 
+CHUNK = 256 * 1024
+"""Uncompressed records are read through aligned chunks of this size (see ``read_record``)."""
+CHUNK_CACHE = 32
+"""Chunks kept per store (8 MiB)."""
+
+
 def read_record(
     io: SegmentIO,
     seg: Segment,
@@ -154,6 +160,7 @@ def read_record(
     aux: int,
     dctx: Any,
     bodies: OrderedDict[tuple[int, int, int], bytes],
+    chunks: OrderedDict[tuple[int, int, int], bytes] | None = None,
 ) -> rc.Record:
     """The record an index entry ``(pos, aux)`` of ``seg`` points at, read through ``fd``.
 
@@ -161,7 +168,27 @@ def read_record(
     body, which is cached in ``bodies`` (an LRU of ``BODY_CACHE`` entries keyed by segment base,
     generation and offset). Raises ``rc.BatchError`` when a checksum does not match."""
     if not aux & COMPRESSED:
-        return rc.decode_record(io.pread(fd, aux, pos), 0)[0]
+        if chunks is None:
+            return rc.decode_record(io.pread(fd, aux, pos), 0)[0]
+        # Consumers read sequentially: one pread per chunk instead of one per record. Records
+        # never change in place (a rewrite bumps ``seg.gen``), so a cached chunk is valid as long
+        # as it covers the record; a chunk read near the end of the active segment may be short
+        # and is simply read again once later records are needed.
+        c = pos // CHUNK
+        off = pos - c * CHUNK
+        if off + aux > CHUNK:
+            return rc.decode_record(io.pread(fd, aux, pos), 0)[0]
+        key = (seg.base, seg.gen, c)
+        buf = chunks.get(key)
+        if buf is None or off + aux > len(buf):
+            buf = chunks[key] = io.pread(fd, CHUNK, c * CHUNK)
+            if len(chunks) > CHUNK_CACHE:
+                chunks.popitem(last=False)
+            if off + aux > len(buf):
+                return rc.decode_record(io.pread(fd, aux, pos), 0)[0]
+        else:
+            chunks.move_to_end(key)
+        return rc.decode_record(buf, off)[0]
     key = (seg.base, seg.gen, pos)
     body = bodies.get(key)
     if body is not None:
