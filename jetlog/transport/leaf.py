@@ -49,6 +49,9 @@ MsgCallback = Callable[[str, str | None, bytes, bytes], None]
 """``cb(subject, reply, hdr, payload)``; called synchronously from the reader."""
 
 
+EVENT_SLICE = 1024
+"""Inbound frames handled per loop callback before yielding (see ``_on_events``)."""
+
 VERSION = "2.15.1"  # reported in CONNECT; the hub may enforce leafnodes.min_version
 
 # Subjects the hub denies on leaf connections unless JetStream is extended (denyAllClientJs).
@@ -460,15 +463,34 @@ class LeafConnection:
 
     # ---------------------------------------------------------------------------- reading
 
-    def _on_events(self, proto: LeafProtocol, events: list[wire.Event]) -> None:
+    def _on_events(self, proto: LeafProtocol, events: list[wire.Event], start: int = 0) -> None:
         if proto is not self._proto:
             return
         MSG = wire.MSG
-        for ev in events:
+        end = min(len(events), start + EVENT_SLICE)
+        for i in range(start, end):
+            ev = events[i]
             if ev[0] == MSG:
                 self._dispatch(ev[1], ev[2], ev[3], ev[4], ev[5])
             else:
                 self._on_control(proto, ev)
+        if end < len(events) and proto.transport is not None:
+            # One socket read can hold thousands of messages (milliseconds of work). Yield to
+            # the loop between slices so fsync completions, timers (heartbeats, ack waits) and
+            # acks on other links are not held up; reading stays paused meanwhile, so the rest
+            # of this read is processed before anything that arrives after it.
+            if not proto.reading_paused:
+                proto.reading_paused = True
+                proto.transport.pause_reading()
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._continue_events, proto, events, end)
+        elif proto.reading_paused and proto.transport is not None:
+            proto.reading_paused = False
+            proto.transport.resume_reading()
+
+    def _continue_events(self, proto: LeafProtocol, events: list[wire.Event], start: int) -> None:
+        self._on_events(proto, events, start)
 
     def _dispatch(
         self, subject: str, reply: str | None, hdr: bytes, payload: bytes, queues: tuple[str, ...]

@@ -69,6 +69,7 @@ class LeafProtocol(asyncio.Protocol):
         self.parser = wire.LeafParser(link.max_control_line)
         self.transport: asyncio.Transport | None = None
         self.paused = False
+        self.reading_paused = False  # the link paused reading to process a large read in slices
         self.resumed: asyncio.Future[None] | None = None
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.handshake: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
