@@ -119,17 +119,32 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         "before its periodic fsync (default `sync_interval` 2 min).",
         "",
     ]
+    ratios = [("jetlog", "nats", "jetlog / nats")]
+    if "nats-sync" in kinds:
+        ratios.append(("jetlog", "nats-sync", "jetlog / nats-sync (both fsync)"))
+    if "jetlog-interval" in kinds:
+        ratios.append(("jetlog-interval", "nats", "jetlog-interval / nats (neither)"))
     header = (
-        "| case | " + " | ".join(f"{k} (ops/s)" for k in kinds) + " | jetlog / nats | p50 µs jetlog / nats |"
+        "| case | "
+        + " | ".join(f"{k} (ops/s)" for k in kinds)
+        + " | "
+        + " | ".join(r[2] for r in ratios)
+        + " | p50 µs jetlog / nats |"
     )
     lines.append(header)
-    lines.append("|" + "---|" * (len(kinds) + 3))
+    lines.append("|" + "---|" * (len(kinds) + len(ratios) + 2))
     for cname, per in results.items():
-        rates = [_med(per[k], "rate") for k in kinds]
-        ratio = rates[0] / rates[1] if rates[1] else 0.0
+        med = {k: _med(per[k], "rate") for k in kinds}
+        cells = [f"{med[x] / med[y]:.2f}" if med[y] else "–" for x, y, _ in ratios]
         p50j, p50n = _med(per["jetlog"], "p50_us"), _med(per["nats"], "p50_us")
         lat = f"{p50j:.0f} / {p50n:.0f} ({p50j / p50n:.2f}x)" if p50n else "–"
-        lines.append(f"| {cname} | " + " | ".join(f"{r:,.0f}" for r in rates) + f" | {ratio:.2f} | {lat} |")
+        lines.append(
+            f"| {cname} | "
+            + " | ".join(f"{med[k]:,.0f}" for k in kinds)
+            + " | "
+            + " | ".join(cells)
+            + f" | {lat} |"
+        )
     lines.append("")
     lines.append("Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --out docs/benchmarks.md`).")
     return "\n".join(lines) + "\n"

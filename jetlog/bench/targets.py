@@ -58,8 +58,8 @@ async def start(kind: str) -> Env:
     """Start a fresh target of the given kind (fresh data directories)."""
     tmp = tempfile.mkdtemp(prefix=f"jetlog-bench-{kind}-")
     if kind in ("nats", "nats-sync"):
-        extra = "jetstream { sync_interval: always }" if kind == "nats-sync" else ""
-        conf = f'jetstream {{ store_dir: "{tmp}/js" {"sync_interval: always" if extra else ""} }}'
+        sync = "\n  sync_interval: always" if kind == "nats-sync" else ""
+        conf = f'jetstream {{\n  store_dir: "{tmp}/js"{sync}\n}}'
         srv = NatsServer(jetstream=False, leafnode=False, extra_conf=conf)
         await srv.start()
         return Env(kind, srv.url, srv, tmp=tmp)
