@@ -215,3 +215,60 @@ async def test_rate_limit_slows_push(nc: nats.NATS, target: Target) -> None:
         await sub.next_msg(timeout=10)
     elapsed = time.monotonic() - t0
     assert 1.2 < elapsed < 6.0, elapsed
+
+
+async def test_backoff_schedules_redeliveries(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="BO", subjects=["bo"])
+    await js.publish("bo", b"x")
+    await js.add_consumer(
+        "BO",
+        ConsumerConfig(durable_name="b", ack_policy=AckPolicy.EXPLICIT, backoff=[0.5, 1.5], max_deliver=4),
+    )
+    r = await api(nc, "$JS.API.CONSUMER.INFO.BO.b")
+    assert r["config"]["ack_wait"] == 500_000_000  # backoff[0] replaces ack_wait
+    assert r["config"]["backoff"] == [500_000_000, 1_500_000_000]
+    psub = await js.pull_subscribe_bind("b", "BO")
+    stamps = []
+    t0 = time.monotonic()
+    for _ in range(3):
+        msgs = await psub.fetch(1, timeout=5)
+        stamps.append(time.monotonic() - t0)
+        assert msgs[0].data == b"x"
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert 0.35 < gaps[0] < 1.2, gaps  # after the 1st delivery: backoff[0]
+    assert 1.2 < gaps[1] < 2.6, gaps  # after the 2nd: backoff[1]
+    assert msgs[0].metadata.num_delivered == 3
+
+
+async def test_pull_request_dropped_when_inbox_loses_interest(target: Target) -> None:
+    nc = await nats.connect(target.url)
+    other = await nats.connect(target.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="DI", subjects=["di"])
+        await js.add_consumer("DI", ConsumerConfig(durable_name="d", ack_policy=AckPolicy.EXPLICIT))
+        inbox = other.new_inbox()
+        sub = await other.subscribe(inbox)
+        await other.publish(
+            "$JS.API.CONSUMER.MSG.NEXT.DI.d",
+            json.dumps({"batch": 1, "expires": 30_000_000_000}).encode(),
+            reply=inbox,
+        )
+        await other.flush()
+
+        async def waiting(n: int) -> bool:
+            return (await api(nc, "$JS.API.CONSUMER.INFO.DI.d"))["num_waiting"] == n
+
+        await _until(lambda: waiting(1), 5)
+        await sub.unsubscribe()
+        await other.flush()
+        await _until(lambda: waiting(0), 5)
+        # The message published afterwards is not lost to the dead request.
+        await js.publish("di", b"kept")
+        psub = await js.pull_subscribe_bind("d", "DI")
+        msgs = await psub.fetch(1, timeout=3)
+        assert msgs[0].data == b"kept" and msgs[0].metadata.num_delivered == 1
+    finally:
+        await other.close()
+        await nc.close()
