@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from jetlog.api import direct
+from jetlog.api import direct, fetch
 from jetlog.api.consumers import ConsumerApi
 from jetlog.api.streams import StreamApi
 from jetlog.errors import ApiError, JetlogError
@@ -54,6 +54,10 @@ class ApiRouter:
         domain = self.node.cfg.api.domain
         if domain:
             self._sids.append(await client.subscribe_raw(f"$JS.{domain}.API.>", self.on_request))
+        # jetlog's own bulk-read endpoints (Spark source). A queue group: any node holding the
+        # stream may answer, and only one does.
+        self._sids.append(await client.subscribe_raw(fetch.FETCH_PREFIX + "*", self.on_fetch, "jetlog"))
+        self._sids.append(await client.subscribe_raw(fetch.OFFSETS_SUBJECT, self.on_offsets, "jetlog"))
         await client.flush()
 
     async def stop(self) -> None:
@@ -163,11 +167,48 @@ class ApiRouter:
 
     def _direct_reply(self, name: str, stream: Any, reply: str, data: bytes, key: str | None) -> None:
         try:
-            frames = direct.direct_get(name, stream.store, data, key, stream.store.committed_seq)
+            frames = direct.direct_get(name, stream.store, data, key, fetch.committed_hw(stream))
         except JetlogError as e:
             log.error("direct get on %s failed: %s", name, e)
             frames = [direct.NOT_FOUND]
         self.reply_raw(reply, frames)
+
+    # ---- jetlog bulk reads --------------------------------------------------------------------
+
+    def on_fetch(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
+        """``$JETLOG.API.FETCH.<stream>``: one committed range as a JLC1 frame."""
+        if not reply:
+            return
+        name = subject[len(fetch.FETCH_PREFIX) :]
+        req = fetch.decode_fetch(data)
+        if isinstance(req, str):
+            self.reply_raw(reply, [fetch.bad_request(req)])
+            return
+        stream = self.node.streams.get(name) if self.node.streams else None
+        if stream is None:
+            self.reply_raw(reply, [fetch.NOT_FOUND])
+            return
+        try:
+            # Bounded by max_payload, so one reply's reads stay short enough for the loop.
+            frame = fetch.fetch(
+                name, stream.store, fetch.committed_hw(stream), req, self.node.client.max_payload
+            )
+        except JetlogError as e:
+            log.error("fetch on %s failed: %s", name, e)
+            frame = (H.status(500, "Internal Error", [("Jl-Error", str(e)[:200])]), b"")
+        self.reply_raw(reply, [frame])
+
+    def on_offsets(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
+        """``$JETLOG.API.OFFSETS``: first sequence and committed mark of several streams."""
+        if not reply:
+            return
+        req = fetch.decode_offsets(data)
+        if isinstance(req, str):
+            self.reply_raw(reply, [fetch.bad_request(req)])
+            return
+        streams = self.node.streams
+        found = {n: (streams.get(n) if streams else None) for n in req.streams}
+        self.reply_raw(reply, [(b"", fetch.offsets_reply(found))])
 
 
 def _required_level(hdr: bytes) -> int:

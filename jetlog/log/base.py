@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import compress, islice
 
 from jetlog.log.index import Block, Index
@@ -197,6 +197,15 @@ class IndexedStore:
     def load_next(self, start: int, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         s = self.next_seq(start, subject, max_seq)
         return self.load(s) if s else None
+
+    def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
+        ix = self._ix
+        for seq, _sid in ix.iter_live_from(max(start, ix.first)):
+            if seq > last:
+                return
+            blk, i = ix.live_entry(seq)
+            if blk is not None:
+                yield self._read(blk, i)
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         ix = self._ix

@@ -37,7 +37,7 @@ Implementations (``jetlog.log``) and what they add beyond this protocol:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, Protocol
 
 
@@ -183,6 +183,11 @@ class MsgStore(Protocol):
     def load_next(self, start: int, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         """The first live message with sequence ≥ ``start`` whose subject matches ``subject``
         (a filter with wildcards; None = any), not beyond ``max_seq``."""
+        ...
+
+    def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
+        """Live messages with ``start <= seq <= last`` in order (bulk reads). The store must not
+        be mutated while the iterator is in use."""
         ...
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
