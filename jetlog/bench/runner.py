@@ -95,9 +95,24 @@ async def run_bench(args: argparse.Namespace) -> int:
     report = _report(results, kinds, args)
     print(report)
     if args.out:
+        report += _kept_notes(args.out)
         with open(args.out, "w") as f:
             f.write(report)
     return 0
+
+
+KEEP_MARKER = "<!-- kept across runs -->"
+
+
+def _kept_notes(path: str) -> str:
+    """Hand-written notes after ``KEEP_MARKER`` in an existing report survive a re-run."""
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        return ""
+    i = old.find(KEEP_MARKER)
+    return "\n" + old[i:] if i >= 0 else ""
 
 
 def _med(rs: list[Result], attr: str) -> float:
