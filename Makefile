@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-fast bench lint clean
+.PHONY: install run test test-fast bench bench-spark lint clean spark-example
 .PHONY: clients-env test-clients test-clients-nats clean-clients
 
 install: $(STAMP)
@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,dev]'
+	$(BIN)/python -m pip install -q -e '.[test,dev,spark]'
 	touch $(STAMP)
 
 run: install
@@ -27,11 +27,20 @@ test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not slow"
 
 bench: install
-	$(BIN)/jetlog bench --out docs/benchmarks.md
+	$(BIN)/jetlog bench --rounds 3 --full --out docs/benchmarks.md
+
+# Spark source rows/s vs an in-process Arrow generator (appended to docs/benchmarks.md).
+bench-spark: install
+	$(BIN)/python -m jetlog.spark.bench --rounds 3 --out docs/benchmarks.md
+
+# The example Spark pipeline (spark/orders_pipeline.py) against `make run` (jetlog dev) on
+# nats://127.0.0.1:4222; override with JETLOG_URL=nats://host:port.
+spark-example: install
+	$(BIN)/python spark/orders_pipeline.py
 
 lint: install
-	$(BIN)/ruff check jetlog tests
-	$(BIN)/ruff format --check jetlog tests
+	$(BIN)/ruff check jetlog tests spark pyspark_jetlog
+	$(BIN)/ruff format --check jetlog tests spark pyspark_jetlog
 	$(BIN)/mypy
 
 clean:

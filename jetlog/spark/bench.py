@@ -1,0 +1,248 @@
+"""Spark source benchmark: ``python -m jetlog.spark.bench`` (``make bench-spark``).
+
+Measures rows/s through a local[2] SparkSession, in the same run and alternating A/B:
+
+* ``generator``: an in-process Arrow generator data source producing rows of the same schema and
+  sizes (what a source costs when fetching is free) — the yardstick;
+* ``jetlog bulk``: the ``jetlog`` source reading a ``jetlog dev`` node over
+  ``$JETLOG.API.FETCH`` (columnar frames);
+* ``jetlog direct`` / ``nats direct``: the Direct Get fallback against the same jetlog node and
+  against ``nats-server -js`` (for comparison);
+
+each into the ``noop`` sink and into Parquet, as bounded reads of the whole stream (the path a
+micro-batch takes), median of the rounds. Prints a markdown table; ``--out`` appends it to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from jetlog.spark.schema import source_schema
+
+BATCH = 10_000
+
+
+class _GenPartition(InputPartition):
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
+
+
+class _GenReader(DataSourceReader):
+    def __init__(self, rows: int, parts: int, size: int) -> None:
+        self.rows, self.parts, self.size = rows, parts, size
+
+    def partitions(self) -> list[InputPartition]:
+        step = -(-self.rows // self.parts)
+        return [_GenPartition(s, min(s + step, self.rows + 1)) for s in range(1, self.rows + 1, step)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert isinstance(partition, _GenPartition)
+        schema = to_arrow_schema(source_schema(False), timezone="UTC")
+        subjects = pa.array([f"bench.{i % 8}" for i in range(BATCH)], pa.string())
+        data = pa.array([b"x" * self.size] * BATCH, pa.binary())
+        now_us = time.time_ns() // 1000
+        for s in range(partition.start, partition.end, BATCH):
+            n = min(BATCH, partition.end - s)
+            seq = pa.array(range(s, s + n), pa.int64())
+            ts = pa.array(range(now_us, now_us + n), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(["BENCH"] * n, pa.string()), seq, subjects[:n], data[:n], ts], schema=schema
+            )
+
+
+class GeneratorSource(DataSource):
+    """Synthetic rows with the jetlog schema, built as Arrow batches in the executors."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetlog_bench_generator"
+
+    def schema(self) -> StructType:
+        return source_schema(False)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        o = self.options
+        return _GenReader(int(o["rows"]), int(o.get("partitions", "2")), int(o.get("size", "64")))
+
+
+def _spark() -> SparkSession:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("jetlog-bench")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from jetlog.spark import register
+
+    register(spark)
+    spark.dataSource.register(GeneratorSource)
+    return spark
+
+
+async def _load(url: str, stream: str, rows: int, size: int, allow_direct: bool) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name=stream, subjects=["bench.>"], allow_direct=allow_direct)
+    payload = b"x" * size
+    for i in range(rows):
+        await nc.publish(f"bench.{i % 8}", payload)
+        if i % 2000 == 1999:
+            await nc.flush()
+            # Stay within what the store absorbs so plain publishes are not dropped as slow.
+            while (await js.stream_info(stream)).state.messages < i - 20_000:
+                await asyncio.sleep(0.01)
+    await nc.flush()
+    deadline = time.monotonic() + 120
+    while (await js.stream_info(stream)).state.messages < rows:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{stream}: only {(await js.stream_info(stream)).state.messages} stored")
+        await asyncio.sleep(0.1)
+    await nc.close()
+
+
+def _run(spark: SparkSession, reader: Any, sink: str, tmp: str) -> float:
+    t = time.perf_counter()
+    if sink == "noop":
+        reader.load().write.format("noop").mode("overwrite").save()
+    else:
+        path = os.path.join(tmp, "parquet")
+        reader.load().write.mode("overwrite").parquet(path)
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print (and optionally append) a markdown table."""
+    ap = argparse.ArgumentParser(description="Spark source benchmark")
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args(argv)
+
+    from jetlog.embedded import NatsServer
+
+    tmp = tempfile.mkdtemp(prefix="jetlog-spark-bench-")
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "jetlog", "dev", "--port", "0", "--data-dir", os.path.join(tmp, "dev")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    nats_js = NatsServer(jetstream=True, leafnode=False, store_dir=os.path.join(tmp, "js"))
+    loop = asyncio.new_event_loop()
+    results: dict[str, list[float]] = {}
+    try:
+        assert dev.stdout is not None
+        line = dev.stdout.readline().strip()
+        if not line.startswith("ready "):
+            raise RuntimeError(f"jetlog dev did not start: {line!r}")
+        jl_url = line.split(" ", 1)[1]
+        loop.run_until_complete(nats_js.start())
+        print(f"loading {args.rows} x {args.size} B into jetlog and nats-server -js", file=sys.stderr)
+        loop.run_until_complete(_load(jl_url, "BENCH", args.rows, args.size, True))
+        loop.run_until_complete(_load(nats_js.url, "BENCH", args.rows, args.size, True))
+        spark = _spark()
+
+        def src(url: str, fetch: str) -> Any:
+            return (
+                spark.read.format("jetlog")
+                .option("servers", url)
+                .option("streams", "BENCH")
+                .option("minPartitions", "2")
+                .option("fetch", fetch)
+            )
+
+        def gen() -> Any:
+            return (
+                spark.read.format("jetlog_bench_generator")
+                .option("rows", str(args.rows))
+                .option("size", str(args.size))
+            )
+
+        cases = {
+            "generator → noop": (gen, "noop"),
+            "jetlog bulk → noop": (lambda: src(jl_url, "bulk"), "noop"),
+            "generator → parquet": (gen, "parquet"),
+            "jetlog bulk → parquet": (lambda: src(jl_url, "bulk"), "parquet"),
+            "jetlog direct → noop": (lambda: src(jl_url, "direct"), "noop"),
+            "nats-server direct → noop": (lambda: src(nats_js.url, "direct"), "noop"),
+        }
+        for make, sink in cases.values():  # warm-up: workers, planner, first-query costs
+            _run(
+                spark,
+                make().option("endingOffsets", '{"BENCH": 2001}') if make is not gen else make(),
+                sink,
+                tmp,
+            )
+        for r in range(args.rounds):
+            order = list(cases.items())
+            if r % 2:
+                order.reverse()
+            for name, (make, sink) in order:
+                dt = _run(spark, make(), sink, tmp)
+                results.setdefault(name, []).append(args.rows / dt)
+                print(f"round {r + 1} {name:28} {args.rows / dt:>12,.0f} rows/s", file=sys.stderr, flush=True)
+        spark.stop()
+    finally:
+        dev.terminate()
+        try:
+            dev.wait(30)
+        except subprocess.TimeoutExpired:
+            dev.kill()
+        loop.run_until_complete(nats_js.stop())
+        loop.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in results.items()}
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "## Spark source (`make bench-spark`)",
+        "",
+        f"Run: {now}; {args.rows:,} rows x {args.size} B, local[2], 2 read tasks, {args.rounds} rounds "
+        "(alternating order), medians; wall time of a bounded read of the whole stream.",
+        "",
+        "| case | rows/s | / generator (same sink) |",
+        "|---|---|---|",
+    ]
+    for name, v in med.items():
+        sink = name.split("→ ")[1]
+        base = med.get(f"generator → {sink}", 0.0)
+        lines.append(f"| {name} | {v:,.0f} | {v / base:.2f} |" if base else f"| {name} | {v:,.0f} | – |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n" + report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""NATS client protocol pieces of the connector's synchronous client: errors, the message type,
+header blocks, and an incremental parser of server→client bytes (``bytes.find`` based)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+_MAX_CONTROL_LINE = 64 * 1024
+_CRLF = b"\r\n"
+
+
+class NatsError(Exception):
+    """A NATS protocol or server error."""
+
+
+class NatsConnectionError(NatsError):
+    """The connection could not be established or was lost."""
+
+
+class NatsAuthError(NatsConnectionError):
+    """The server refused the credentials."""
+
+
+class NatsTimeout(NatsError, TimeoutError):
+    """No reply arrived before the deadline."""
+
+
+class ProtocolError(NatsConnectionError):
+    """The server sent bytes this parser does not understand."""
+
+
+class Msg:
+    """One delivered message. ``hdr`` is the raw header block (``b""`` without headers)."""
+
+    __slots__ = ("data", "hdr", "reply", "subject")
+
+    def __init__(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
+        self.subject = subject
+        self.reply = reply
+        self.hdr = hdr
+        self.data = data
+
+    @property
+    def status(self) -> int:
+        """The status code of a status message (``NATS/1.0 503``), else 0."""
+        h = self.hdr
+        if len(h) >= 12 and h[8] == 0x20 and h[9:12].isdigit():
+            return int(h[9:12])
+        return 0
+
+    @property
+    def description(self) -> str:
+        """The status description (``No Responders``), or ``""``."""
+        h = self.hdr
+        end = h.find(_CRLF)
+        line = h[:end] if end >= 0 else h
+        return line[13:].decode("utf-8", "replace").strip() if len(line) > 13 else ""
+
+    def header(self, key: str) -> str | None:
+        """First value of header ``key`` (case-sensitive, like nats-server), or None."""
+        for k, v in parse_headers(self.hdr):
+            if k == key:
+                return v
+        return None
+
+    def headers(self) -> list[tuple[str, str]]:
+        """All headers in order (repeats kept)."""
+        return parse_headers(self.hdr)
+
+    def __repr__(self) -> str:
+        return f"Msg({self.subject!r}, status={self.status}, hdr={len(self.hdr)}B, data={len(self.data)}B)"
+
+
+def parse_headers(hdr: bytes) -> list[tuple[str, str]]:
+    """Split a header block into (key, value) pairs; the status line is skipped."""
+    if not hdr:
+        return []
+    out: list[tuple[str, str]] = []
+    lines = hdr.split(_CRLF)
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, sep, v = line.partition(b":")
+        if sep:
+            out.append((k.decode("utf-8", "replace"), v.lstrip(b" ").decode("utf-8", "replace")))
+    return out
+
+
+def encode_headers(pairs: list[tuple[str, str]]) -> bytes:
+    """Build a header block; raises ValueError on keys/values NATS cannot carry."""
+    parts = [b"NATS/1.0\r\n"]
+    for k, v in pairs:
+        if not k or any(c in k for c in ": \t\r\n"):
+            raise ValueError(f"invalid NATS header name {k!r}")
+        if "\r" in v or "\n" in v:
+            raise ValueError(f"NATS header {k!r} has a line break in its value")
+        parts.append(f"{k}: {v}\r\n".encode())
+    parts.append(_CRLF)
+    return b"".join(parts)
+
+
+# Protocol operations other than messages, as returned by Parser.next().
+OP_PING, OP_PONG, OP_OK = "PING", "PONG", "+OK"
+
+
+class Parser:
+    """Incremental parser of server→client protocol bytes.
+
+    :meth:`next` returns a :class:`Msg`, a ``("INFO", dict)`` / ``("-ERR", text)`` tuple, one of
+    :data:`OP_PING`/:data:`OP_PONG`/:data:`OP_OK`, or None when more bytes are needed.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes (compacting consumed ones first)."""
+        if self._pos and (self._pos >= len(self._buf) or self._pos > 1 << 20):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet parsed."""
+        return len(self._buf) - self._pos
+
+    def next(self) -> Msg | tuple[str, object] | str | None:
+        """Parse one operation, or return None if it is incomplete."""
+        buf = self._buf
+        pos = self._pos
+        eol = buf.find(_CRLF, pos)
+        if eol < 0:
+            if len(buf) - pos > _MAX_CONTROL_LINE:
+                raise ProtocolError("control line too long")
+            return None
+        head = bytes(buf[pos : pos + 4]).upper()
+        if head == b"MSG ":
+            args = bytes(buf[pos + 4 : eol]).split()
+            if len(args) == 4:
+                subject, _sid, reply, size = args
+            elif len(args) == 3:
+                subject, _sid, size = args
+                reply = None
+            else:
+                raise ProtocolError(f"bad MSG line {bytes(buf[pos:eol])!r}")
+            return self._body(eol, subject, reply, 0, int(size))
+        if head == b"HMSG":
+            args = bytes(buf[pos + 5 : eol]).split()
+            if len(args) == 5:
+                subject, _sid, reply, hsize, tsize = args
+            elif len(args) == 4:
+                subject, _sid, hsize, tsize = args
+                reply = None
+            else:
+                raise ProtocolError(f"bad HMSG line {bytes(buf[pos:eol])!r}")
+            return self._body(eol, subject, reply, int(hsize), int(tsize))
+        line = bytes(buf[pos:eol])
+        self._pos = eol + 2
+        op = line.upper()
+        if op == b"PING":
+            return OP_PING
+        if op == b"PONG":
+            return OP_PONG
+        if op == b"+OK":
+            return OP_OK
+        if op.startswith(b"INFO"):
+            try:
+                info = json.loads(line[4:].strip() or b"{}")
+            except ValueError as e:
+                raise ProtocolError(f"bad INFO: {e}") from None
+            return ("INFO", info)
+        if op.startswith(b"-ERR"):
+            return ("-ERR", line[4:].decode("utf-8", "replace").strip().strip("'"))
+        raise ProtocolError(f"unknown protocol line {line[:80]!r}")
+
+    def _body(self, eol: int, subject: bytes, reply: bytes | None, hsize: int, tsize: int) -> Msg | None:
+        buf = self._buf
+        start = eol + 2
+        end = start + tsize
+        if len(buf) < end + 2:
+            return None
+        if buf[end : end + 2] != _CRLF or hsize > tsize:
+            raise ProtocolError("message payload not terminated by CRLF")
+        hdr = bytes(buf[start : start + hsize]) if hsize else b""
+        data = bytes(buf[start + hsize : end])
+        self._pos = end + 2
+        return Msg(subject.decode(), reply.decode() if reply is not None else None, hdr, data)
+
+
+def new_inbox() -> str:
+    """A reply-subject prefix unique across processes.
+
+    Spark forks its Python workers from one daemon, so ``id()`` values and PRNG states repeat
+    across tasks: an inbox derived from them once made two tasks read each other's replies.
+    ``os.urandom`` is per call from the kernel.
+    """
+    return "_INBOX." + base64.b32encode(os.urandom(15)).decode().rstrip("=").lower()
