@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, islice
 
 from jetlog.log.index import Block, Index
@@ -35,6 +35,10 @@ class IndexedStore:
     # ---- hooks ------------------------------------------------------------------------------
     def _read(self, blk: Block, i: int) -> StoredMsg:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _bulk_reader(self) -> Callable[[Block, int], StoredMsg]:
+        """The reader ``iter_range`` uses for one pass (stores may return a faster one)."""
+        return self._read
 
     def _log_removal(self, ranges: list[tuple[int, int]], erase: bool) -> None:
         """Record removed sequence ranges (inclusive) for durability. Default: nothing."""
@@ -199,13 +203,33 @@ class IndexedStore:
         return self.load(s) if s else None
 
     def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
+        # Walks the index blocks directly (one bisection per block, not per message): this is
+        # the bulk-read path of $JETLOG.API.FETCH.
         ix = self._ix
-        for seq, _sid in ix.iter_live_from(max(start, ix.first)):
-            if seq > last:
+        start = max(start, ix.first)
+        blocks = ix.blocks
+        if not blocks or start > last:
+            return
+        read = self._bulk_reader()
+        k = max(bisect_right(ix.firsts, start) - 1, 0)
+        for kk in range(k, len(blocks)):
+            blk = blocks[kk]
+            seqs = blk.seqs
+            if not seqs or not blk.nlive:
+                continue
+            if seqs[0] > last:
                 return
-            blk, i = ix.live_entry(seq)
-            if blk is not None:
-                yield self._read(blk, i)
+            live = blk.live
+            i = bisect_left(seqs, start) if kk == k else 0
+            n = len(seqs)
+            while i < n:
+                i = live.find(1, i)
+                if i < 0:
+                    break
+                if seqs[i] > last:
+                    return
+                yield read(blk, i)
+                i += 1
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         ix = self._ix
