@@ -171,8 +171,8 @@ class _Resp(Struct, omit_defaults=True, kw_only=True, forbid_unknown_fields=True
     error: ApiErrorBody | None = None
 
 
-class StreamCreateResponse(_Resp, kw_only=True, tag=_P + "stream_create_response"):
-    """``STREAM.CREATE`` reply: StreamInfo members inline, then ``did_create``."""
+class _StreamInfoResp(_Resp, kw_only=True):
+    """StreamInfo members inline, after ``type``/``error`` (create and update replies)."""
 
     config: StreamConfig | None = None
     created: str | None = None
@@ -183,21 +183,16 @@ class StreamCreateResponse(_Resp, kw_only=True, tag=_P + "stream_create_response
     sources: list[StreamSourceInfo] = field(default_factory=list)
     alternates: list[StreamAlternate] = field(default_factory=list)
     ts: str | None = None
+
+
+class StreamCreateResponse(_StreamInfoResp, kw_only=True, tag=_P + "stream_create_response"):
+    """``STREAM.CREATE`` reply: StreamInfo members inline, then ``did_create``."""
+
     did_create: bool = False
 
 
-class StreamUpdateResponse(_Resp, kw_only=True, tag=_P + "stream_update_response"):
+class StreamUpdateResponse(_StreamInfoResp, kw_only=True, tag=_P + "stream_update_response"):
     """``STREAM.UPDATE`` reply: StreamInfo members inline."""
-
-    config: StreamConfig | None = None
-    created: str | None = None
-    state: StreamState | None = None
-    domain: str = ""
-    cluster: ClusterInfo | None = None
-    mirror: StreamSourceInfo | None = None
-    sources: list[StreamSourceInfo] = field(default_factory=list)
-    alternates: list[StreamAlternate] = field(default_factory=list)
-    ts: str | None = None
 
 
 class StreamInfoResponse(_Resp, kw_only=True, tag=_P + "stream_info_response"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, islice
 
@@ -203,33 +203,9 @@ class IndexedStore:
         return self.load(s) if s else None
 
     def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
-        # Walks the index blocks directly (one bisection per block, not per message): this is
-        # the bulk-read path of $JETLOG.API.FETCH.
-        ix = self._ix
-        start = max(start, ix.first)
-        blocks = ix.blocks
-        if not blocks or start > last:
-            return
         read = self._bulk_reader()
-        k = max(bisect_right(ix.firsts, start) - 1, 0)
-        for kk in range(k, len(blocks)):
-            blk = blocks[kk]
-            seqs = blk.seqs
-            if not seqs or not blk.nlive:
-                continue
-            if seqs[0] > last:
-                return
-            live = blk.live
-            i = bisect_left(seqs, start) if kk == k else 0
-            n = len(seqs)
-            while i < n:
-                i = live.find(1, i)
-                if i < 0:
-                    break
-                if seqs[i] > last:
-                    return
-                yield read(blk, i)
-                i += 1
+        for blk, i in self._ix.iter_live_entries(start, last):
+            yield read(blk, i)
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         ix = self._ix

@@ -245,6 +245,34 @@ class Index:
                     compress(blk.seqs[lo:], blk.live[lo:]), compress(blk.sid[lo:], blk.live[lo:]), strict=True
                 )
 
+    def iter_live_entries(self, start: int, last: int) -> Iterator[tuple[Block, int]]:
+        """``(block, index)`` of live entries with ``start <= seq <= last``, in order; one
+        bisection per block (the bulk-read path). Mutating the index while iterating is not
+        allowed."""
+        blocks = self.blocks
+        start = max(start, self.first)
+        if not blocks or start > last:
+            return
+        k = max(bisect_right(self.firsts, start) - 1, 0)
+        for kk in range(k, len(blocks)):
+            blk = blocks[kk]
+            seqs = blk.seqs
+            if not seqs or not blk.nlive:
+                continue
+            if seqs[0] > last:
+                return
+            live = blk.live
+            i = bisect_left(seqs, start) if kk == k else 0
+            n = len(seqs)
+            while i < n:
+                i = live.find(1, i)
+                if i < 0:
+                    break
+                if seqs[i] > last:
+                    return
+                yield blk, i
+                i += 1
+
     # ---- removal ----------------------------------------------------------------------------
     def kill(self, blk: Block, i: int) -> int:
         """Mark the live entry ``(blk, i)`` dead; update every counter. Returns its seq."""
