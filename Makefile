@@ -21,7 +21,7 @@ run: install
 	$(BIN)/jetlog dev
 
 test: install clients-env
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not slow"

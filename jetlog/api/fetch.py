@@ -5,7 +5,10 @@ records as a JLC1 columnar frame (:mod:`jetlog.wire.columnar`), instead of one N
 record as Direct Get does. Request (JSON, unknown fields refused)::
 
     {"start": 1001, "end": 5001, "max_bytes": 1048576, "max_msgs": 0, "headers": false,
-     "start_ts": 0}
+     "start_ts": 0, "format": "jlc1"}
+
+``"format": "jlr1"`` asks for the stored records themselves instead (:mod:`jetlog.wire.rawframe`;
+reply header ``Jl-Format: jlr1``): the node ships runs of segment bytes, the reader decodes.
 
 Reply headers: ``Jl-Stream``, ``Jl-Next-Seq`` (first sequence not covered; the reader loops on
 it), ``Jl-Hwm`` (the responder's committed high-water mark: no row beyond it is ever returned),
@@ -26,12 +29,16 @@ from typing import Any
 
 import msgspec
 
+from jetlog.log.filestore import FileStore
+from jetlog.log.rawread import read_runs, runs_from_messages
 from jetlog.log.store import MsgStore
-from jetlog.wire import columnar
+from jetlog.wire import columnar, rawframe
 from jetlog.wire import headers as H
 
 FETCH_PREFIX = "$JETLOG.API.FETCH."
 OFFSETS_SUBJECT = "$JETLOG.API.OFFSETS"
+
+FORMATS = ("jlc1", "jlr1")
 
 # Room left in a reply for the header block and the NATS protocol line.
 REPLY_RESERVE = 1024
@@ -50,6 +57,9 @@ class FetchRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     max_msgs: int = 0
     headers: bool = False
     start_ts: int = 0
+    format: str = "jlc1"
+    """``jlc1``: columns built by the node; ``jlr1``: stored records passed through (the
+    reader checks and columnizes them; ``headers`` does not apply, records carry theirs)."""
 
 
 class OffsetsRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -103,6 +113,8 @@ def decode_fetch(body: bytes) -> FetchRequest | str:
         return "start must be >= 1"
     if req.end < 0 or req.max_bytes < 0 or req.max_msgs < 0 or req.start_ts < 0:
         return "end, max_bytes, max_msgs and start_ts must not be negative"
+    if req.format not in FORMATS:
+        return f"format must be one of {', '.join(FORMATS)}"
     return req
 
 
@@ -125,6 +137,8 @@ def fetch(name: str, store: MsgStore, hw: int, req: FetchRequest, max_payload: i
         start = max(start, at if at else hw + 1)
     first = store.first_seq
     stop = hw + 1 if not req.end else min(req.end, hw + 1)  # exclusive
+    if req.format == "jlr1":
+        return _fetch_raw(name, store, hw, first, start, stop, budget, req.max_msgs or (1 << 62))
     seqs: list[int] = []
     tss: list[int] = []
     subjects: list[bytes] = []
@@ -158,6 +172,21 @@ def fetch(name: str, store: MsgStore, hw: int, req: FetchRequest, max_payload: i
         next_seq = max(next_seq, stop)
     payload = columnar.encode(seqs, tss, subjects, datas, hdrs)
     return (H.encode(_meta(name, next_seq, hw, first, len(seqs))), payload)
+
+
+def _fetch_raw(
+    name: str, store: MsgStore, hw: int, first: int, start: int, stop: int, budget: int, limit: int
+) -> Frame:
+    """The JLR1 answer: runs of stored records (see :mod:`jetlog.log.rawread`)."""
+    if isinstance(store, FileStore):
+        got = read_runs(store, start, stop, budget, limit)
+    else:
+        got = runs_from_messages(store.iter_range(start, stop - 1), start, stop, budget, limit)
+    if got.too_big:
+        return (H.status(413, "Message Too Large", _meta(name, got.too_big, hw, first, 0)), b"")
+    meta = _meta(name, max(got.next_seq, start), hw, first, got.nrec)
+    meta.append(("Jl-Format", "jlr1"))
+    return (H.encode(meta), b"".join(rawframe.encode(got.runs)))
 
 
 def _meta(name: str, next_seq: int, hw: int, first: int, count: int) -> list[tuple[str, str]]:

@@ -249,6 +249,14 @@ class Index:
         """``(block, index)`` of live entries with ``start <= seq <= last``, in order; one
         bisection per block (the bulk-read path). Mutating the index while iterating is not
         allowed."""
+        for blk, i, j in self.iter_live_runs(start, last):
+            for t in range(i, j):
+                yield blk, t
+
+    def iter_live_runs(self, start: int, last: int) -> Iterator[tuple[Block, int, int]]:
+        """``(block, i, j)``: maximal runs of live entries ``i <= index < j`` of one block with
+        ``start <= seq <= last``, in order (the raw bulk-read path). Same rules as
+        :meth:`iter_live_entries`."""
         blocks = self.blocks
         start = max(start, self.first)
         if not blocks or start > last:
@@ -270,8 +278,14 @@ class Index:
                     break
                 if seqs[i] > last:
                     return
-                yield blk, i
-                i += 1
+                j = live.find(0, i)
+                if j < 0:
+                    j = n
+                if seqs[j - 1] > last:
+                    yield blk, i, bisect_right(seqs, last, i, j)
+                    return
+                yield blk, i, j
+                i = j
 
     # ---- removal ----------------------------------------------------------------------------
     def kill(self, blk: Block, i: int) -> int:

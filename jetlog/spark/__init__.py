@@ -74,6 +74,10 @@ fetch                           auto                         auto / bulk / direc
 fetchMaxBytes                   0 (server maximum; 1 MiB     bytes per fetch reply
                                 for direct)
 fetchBatch                      1000                         messages per Direct Get request
+fetchWindow                     3                            bulk requests in flight per task
+fetchFormat                     jlr1                         jlr1: stored records, checked (CRC) and
+                                                             columnized in the task; jlc1: columns
+                                                             built by the node
 requestTimeoutMs                30000                        per request (and connect)
 user / password, token          —                            NATS authentication
 creds                           —                            path of a ``.creds`` file (JWT + nkey seed)

@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = ap.parse_args(argv)
 
     from jetlog.embedded import NatsServer
@@ -171,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         loop.run_until_complete(_load(nats_js.url, "BENCH", args.rows, args.size, True))
         spark = _spark()
 
-        def src(url: str, fetch: str) -> Any:
+        def src(url: str, fetch: str, fmt: str = "jlr1") -> Any:
             return (
                 spark.read.format("jetlog")
                 .option("servers", url)
                 .option("streams", "BENCH")
                 .option("minPartitions", "2")
                 .option("fetch", fetch)
+                .option("fetchFormat", fmt)
             )
 
         def gen() -> Any:
@@ -190,11 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         cases = {
             "generator → noop": (gen, "noop"),
             "jetlog bulk → noop": (lambda: src(jl_url, "bulk"), "noop"),
+            "jetlog bulk, JLC1 frames → noop": (lambda: src(jl_url, "bulk", "jlc1"), "noop"),
             "generator → parquet": (gen, "parquet"),
             "jetlog bulk → parquet": (lambda: src(jl_url, "bulk"), "parquet"),
             "jetlog direct → noop": (lambda: src(jl_url, "direct"), "noop"),
             "nats-server direct → noop": (lambda: src(nats_js.url, "direct"), "noop"),
         }
+        if args.only:
+            cases = {k: v for k, v in cases.items() if args.only in k or k.startswith("generator")}
         for make, sink in cases.values():  # warm-up: workers, planner, first-query costs
             _run(
                 spark,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 from jetlog.spark.natsio import Connection, Msg, NatsConnectionError, NatsError
 from jetlog.spark.offsets import DataLossError, StreamPosition, data_loss_message
 from jetlog.spark.options import DEFAULT_DIRECT_MAX_BYTES, FetchMode
+from jetlog.spark.rawarrow import raw_frame_to_batch
 from jetlog.wire import columnar
 from jetlog.wire.timefmt import parse_time
 
@@ -90,6 +92,8 @@ class FetchSettings:
     batch: int
     timeout: float
     fail_on_data_loss: bool
+    window: int = 3  # bulk requests in flight per task
+    format: str = "jlr1"  # bulk frames: jlr1 (stored records, decoded here) or jlc1 (columns)
 
 
 # --- JLC1 frame → Arrow -------------------------------------------------------------------------
@@ -231,6 +235,20 @@ def _fetch_error(stream: str, m: Msg) -> FetchError:
     return FetchError(f"{FETCH_SUBJECT}{stream}: status {code} {detail}".rstrip())
 
 
+def _fetch_body(start: int, end: int, settings: FetchSettings, max_msgs: int = 0, start_ts: int = 0) -> bytes:
+    body: dict[str, object] = {
+        "start": start,
+        "end": end,
+        "max_bytes": settings.max_bytes,
+        "max_msgs": max_msgs,
+        "headers": settings.include_headers,
+        "start_ts": start_ts,
+    }
+    if settings.format != "jlc1":
+        body["format"] = settings.format
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def bulk_request(
     conn: Connection,
     stream: str,
@@ -241,16 +259,8 @@ def bulk_request(
     start_ts: int = 0,
 ) -> Msg:
     """One FETCH request; returns the reply (raises :class:`FetchError` on a status reply)."""
-    body = {
-        "start": start,
-        "end": end,
-        "max_bytes": settings.max_bytes,
-        "max_msgs": max_msgs,
-        "headers": settings.include_headers,
-        "start_ts": start_ts,
-    }
     m = conn.request(
-        FETCH_SUBJECT + stream, json.dumps(body, separators=(",", ":")).encode(), settings.timeout
+        FETCH_SUBJECT + stream, _fetch_body(start, end, settings, max_msgs, start_ts), settings.timeout
     )
     if m.status:
         raise _fetch_error(stream, m)
@@ -259,34 +269,82 @@ def bulk_request(
 
 def fetch_bulk(
     conn: Connection, stream: str, start: int, end: int, settings: FetchSettings, schema: pa.Schema
-) -> Iterator[pa.RecordBatch]:
-    """Yield the committed records ``start <= seq < end`` through ``$JETLOG.API.FETCH``."""
-    seq = start
+) -> Generator[pa.RecordBatch, None, None]:
+    """Yield the committed records ``start <= seq < end`` through ``$JETLOG.API.FETCH``, in
+    sequence order.
+
+    Requests are pipelined: up to ``settings.window`` sub-ranges are in flight, so the responder
+    builds the next frame while this worker decodes the last one (a strict request/reply loop
+    leaves both sides idle half the time). Sub-ranges are sized from what one reply covered
+    (sequences per frame), slightly under so most replies cover theirs whole; a reply that
+    stops short (bigger records, the byte budget) has its remainder requested at the head of
+    the queue, so rows still come out in order.
+    """
+    subject = FETCH_SUBJECT + stream
+    window = max(1, settings.window)
+    pending: deque[tuple[int, int, str]] = deque()  # (start, end, reply subject), in order
+    frontier = start  # first sequence not yet requested
+    span = 0  # sequences per sub-range; 0 until a reply tells how many fit in a frame
     waits = 0
-    while seq < end:
-        m = bulk_request(conn, stream, seq, end, settings)
-        nxt = _int_header(m, "Jl-Next-Seq")
-        hwm = _int_header(m, "Jl-Hwm")
-        first = _int_header(m, "Jl-First-Seq")
-        if seq < first and settings.fail_on_data_loss:
-            # Retention or a purge removed sequences of this task's range after it was planned.
-            raise DataLossError(data_loss_message(stream, seq, min(first, end) - 1, first))
-        if _int_header(m, "Jl-Count"):
-            yield frame_to_batch(m.data, stream, schema)
-        if nxt > seq:
-            seq = nxt
-            waits = 0
-            continue
-        if hwm >= end - 1:
-            raise FetchError(f"{FETCH_SUBJECT}{stream} made no progress at sequence {seq}")
-        # The responder's committed high-water mark is below the range: it is behind (a replica
-        # catching up). Its silence about those sequences is NOT a deletion: wait and ask again.
-        if waits >= len(_BEHIND_BACKOFF) * 4:
-            raise FetchError(
-                f"stream {stream}: the responder stayed behind (committed up to {hwm}, range ends at {end - 1})"
-            )
-        time.sleep(_BEHIND_BACKOFF[min(waits, len(_BEHIND_BACKOFF) - 1)])
-        waits += 1
+
+    def send(s: int, e: int, *, front: bool = False) -> None:
+        item = (s, e, conn.send_request(subject, _fetch_body(s, e, settings)))
+        if front:
+            pending.appendleft(item)
+        else:
+            pending.append(item)
+
+    def top_up() -> None:
+        nonlocal frontier
+        while frontier < end and len(pending) < (window if span else 1):
+            e = min(end, frontier + span) if span else end
+            send(frontier, e)
+            frontier = e
+
+    try:
+        top_up()
+        while pending:
+            s, e, reply = pending.popleft()
+            m = conn.wait_reply(reply, settings.timeout)
+            if m.status:
+                raise _fetch_error(stream, m)
+            nxt = _int_header(m, "Jl-Next-Seq")
+            hwm = _int_header(m, "Jl-Hwm")
+            first = _int_header(m, "Jl-First-Seq")
+            if s < first and settings.fail_on_data_loss:
+                # Retention or a purge removed sequences of this task's range after it was planned.
+                raise DataLossError(data_loss_message(stream, s, min(first, end) - 1, first))
+            if _int_header(m, "Jl-Count"):
+                if m.header("Jl-Format") == "jlr1":
+                    yield raw_frame_to_batch(m.data, stream, schema)
+                else:
+                    yield frame_to_batch(m.data, stream, schema)
+            if nxt > s:
+                waits = 0
+                if nxt < e:
+                    # Cut short by the byte budget: that many sequences make one frame.
+                    fit = max(1, (nxt - s) * 15 // 16)
+                    span = min(span, fit) if span else fit
+                    if not pending and e == frontier:
+                        frontier = nxt  # nothing asked beyond this reply: go on from where it stopped
+                    else:
+                        send(nxt, e, front=True)  # the rest of this sub-range, before the others
+                top_up()
+                continue
+            if hwm >= e - 1:
+                raise FetchError(f"{subject} made no progress at sequence {s}")
+            # The responder's committed high-water mark is below the range: it is behind (a
+            # replica catching up). Its silence about those sequences is NOT a deletion: wait
+            # and ask again.
+            if waits >= len(_BEHIND_BACKOFF) * 4:
+                raise FetchError(
+                    f"stream {stream}: the responder stayed behind (committed up to {hwm}, range ends at {end - 1})"
+                )
+            time.sleep(_BEHIND_BACKOFF[min(waits, len(_BEHIND_BACKOFF) - 1)])
+            waits += 1
+            send(s, e, front=True)
+    finally:
+        conn.forget(*(r for _s, _e, r in pending))
 
 
 def stream_info_position(conn: Connection, stream: str, timeout: float) -> StreamPosition | None:
@@ -308,7 +366,7 @@ def stream_info_position(conn: Connection, stream: str, timeout: float) -> Strea
 
 def fetch_direct(
     conn: Connection, stream: str, start: int, end: int, settings: FetchSettings, schema: pa.Schema
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Yield the records ``start <= seq < end`` through Direct Get batch requests."""
     rows = _Rows(stream, schema)
     max_bytes = settings.max_bytes or DEFAULT_DIRECT_MAX_BYTES
@@ -381,13 +439,17 @@ def read_range(
     reconnected = False
     while seq < end:
         try:
+            it: Generator[pa.RecordBatch, None, None]
             if mode == "direct":
                 it = fetch_direct(conn, stream, seq, end, settings, schema)
             else:
                 it = fetch_bulk(conn, stream, seq, end, settings, schema)
-            for b in it:
-                yield b
-                seq = int(b.column(1)[-1].as_py()) + 1
+            try:
+                for b in it:
+                    yield b
+                    seq = int(b.column(1)[-1].as_py()) + 1
+            finally:
+                it.close()  # abandon requests still in flight when the caller stops early
             return
         except BulkUnavailable:
             if mode != "auto":

@@ -71,7 +71,7 @@ class Meta:
         """The first sequence whose timestamp is >= ``ts_ms``; the latest offset if none is."""
         ts_ns = ts_ms * 1_000_000
         if self.jetlog_api is not False:
-            settings = FetchSettings("bulk", False, 0, 1, self.opts.request_timeout_s, False)
+            settings = FetchSettings("bulk", False, 0, 1, self.opts.request_timeout_s, False, 1, "jlc1")
             try:
                 m = bulk_request(self.conn, stream, 1, 0, settings, max_msgs=1, start_ts=ts_ns)
             except BulkUnavailable:

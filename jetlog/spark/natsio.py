@@ -152,6 +152,10 @@ class Connection:
         self._parser = Parser()
         self._seq = 0
         self._next_server = 0
+        # Pipelined requests (send_request/wait_reply): reply subjects still expected, and
+        # replies that arrived while the caller was waiting for an earlier one.
+        self._waiting: set[str] = set()
+        self._stash: dict[str, Msg] = {}
 
     @classmethod
     def connect(cls, opts: ConnectOptions) -> Connection:
@@ -262,6 +266,9 @@ class Connection:
         self._connect()
 
     def _close_socket(self) -> None:
+        # Requests in flight on the old socket are gone with it.
+        self._waiting.clear()
+        self._stash.clear()
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -388,6 +395,47 @@ class Connection:
                     raise
                 self.reconnect()
         raise AssertionError("unreachable")
+
+    def send_request(self, subject: str, payload: bytes) -> str:
+        """Send a request without waiting; returns its reply subject for :meth:`wait_reply`.
+
+        Several may be in flight at once (a reader keeps the responder busy while it decodes
+        the previous reply). No automatic retry: a lost connection raises from
+        :meth:`wait_reply` and the caller resumes from what it has.
+        """
+        reply = self.new_reply()
+        self.publish(subject, payload, reply)
+        self._waiting.add(reply)
+        return reply
+
+    def wait_reply(self, reply: str, timeout: float) -> Msg:
+        """The reply to a request sent with :meth:`send_request` (replies to the caller's other
+        outstanding requests that arrive first are kept for them)."""
+        m = self._stash.pop(reply, None)
+        if m is not None:
+            self._waiting.discard(reply)
+            return m
+        if reply not in self._waiting:
+            raise NatsError(f"no request in flight for {reply}")
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                m = self.next_msg(deadline)
+                if m.subject == reply:
+                    self._waiting.discard(reply)
+                    return m
+                if m.subject in self._waiting:
+                    self._stash[m.subject] = m
+                # anything else: a late reply to an abandoned request; drop it
+        except NatsTimeout:
+            self.forget(reply)
+            raise NatsTimeout(f"no reply to {reply} within {timeout:g}s") from None
+
+    def forget(self, *replies: str) -> None:
+        """Stop expecting these replies (their late arrivals are dropped)."""
+        for r in replies:
+            self._waiting.discard(r)
+            self._stash.pop(r, None)
 
     def request_json(self, subject: str, body: object, timeout: float) -> Msg:
         """:meth:`request` with a JSON body."""

@@ -48,6 +48,7 @@ _DURATION_MS = {
 DEFAULT_MAX_RECORDS_PER_PARTITION = 500_000
 DEFAULT_DIRECT_MAX_BYTES = 1 << 20
 DEFAULT_FETCH_BATCH = 1000
+DEFAULT_FETCH_WINDOW = 3
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 DEFAULT_MAX_INFLIGHT = 1024
@@ -83,6 +84,11 @@ class SourceOptions:
     """0 = the server's default (bulk) / 1 MiB (Direct Get)."""
     fetch_batch: int
     request_timeout_s: float
+    fetch_window: int = DEFAULT_FETCH_WINDOW
+    """Bulk requests in flight per task."""
+    fetch_format: str = "jlr1"
+    """Bulk frames: ``jlr1`` (stored records, decoded in the task) or ``jlc1`` (columns built
+    by the node)."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +290,11 @@ def parse_source_options(options: Mapping[str, str], batch: bool) -> SourceOptio
     max_records = _int(o, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION, 1)
     fetch_max_bytes = _int(o, "fetchMaxBytes", 0, 0)
     fetch_batch = _int(o, "fetchBatch", DEFAULT_FETCH_BATCH, 1)
+    fetch_window = _int(o, "fetchWindow", DEFAULT_FETCH_WINDOW, 1)
+    assert fetch_window is not None
+    fetch_format = (_get(o, "fetchFormat") or "jlr1").lower()
+    if fetch_format not in ("jlr1", "jlc1"):
+        raise OptionError(f"option fetchFormat: expected jlr1 or jlc1, got {fetch_format!r}")
     assert min_partitions is not None and max_records is not None
     assert fetch_max_bytes is not None and fetch_batch is not None
     return SourceOptions(
@@ -304,6 +315,8 @@ def parse_source_options(options: Mapping[str, str], batch: bool) -> SourceOptio
         fetch_max_bytes=fetch_max_bytes,
         fetch_batch=fetch_batch,
         request_timeout_s=timeout_ms / 1000,
+        fetch_window=fetch_window,
+        fetch_format=fetch_format,
     )
 
 

@@ -122,6 +122,8 @@ class _RangeReader:
             o.fetch_batch,
             o.request_timeout_s,
             o.fail_on_data_loss,
+            o.fetch_window,
+            o.fetch_format,
         )
         schema = to_arrow_schema(self._schema, timezone="UTC")
         conn = Connection.connect(o.conn)

@@ -47,6 +47,39 @@ async def initial(w: Any) -> list[Any]:
             return out
 
 
+# nats-py 2.16's KV/object watchers race against every server: ``watch()`` subscribes, asks
+# consumer_info, and signals "no initial values" (None) when num_pending == 0 and the
+# subscription has not yet *received* anything. The consumer may already have sent every
+# message (so num_pending is 0) while those messages are still in flight behind the info reply
+# on the client's socket; the watcher then yields None first and the initial values after it,
+# and history()/keys()/list() return "no keys". Seen against nats-server -js in CI. The race
+# has exactly one signature -- the None comes before any entry -- so these helpers redo the
+# call when that happens and the test expects entries; everything else is asserted as is.
+RACE_RETRIES = 4
+
+
+async def watched(make: Any) -> tuple[Any, list[Any]]:
+    """A watcher from ``make()`` and its initial values (ending in None), redone on the race."""
+    for _ in range(RACE_RETRIES - 1):
+        w = await make()
+        init = await initial(w)
+        if init != [None]:
+            return w, init
+        await w.stop()
+    w = await make()
+    return w, await initial(w)
+
+
+async def listing(call: Any) -> Any:
+    """``call()`` (history/keys/list), redone while it reports nothing because of the race."""
+    for _ in range(RACE_RETRIES - 1):
+        try:
+            return await asyncio.wait_for(call(), STEP)
+        except (NoKeysError, nats.js.errors.NotFoundError):
+            continue
+    return await asyncio.wait_for(call(), STEP)
+
+
 # ---------------------------------------------------------------------------------------------
 # KV
 # ---------------------------------------------------------------------------------------------
@@ -60,39 +93,43 @@ async def test_kv_history_keys_and_deletes(nc: nats.NATS) -> None:
     assert await kv.update("a", b"2", last=1) == 3
     assert await kv.put("c", b"see") == 4
 
-    hist = await asyncio.wait_for(kv.history("a"), STEP)
+    hist = await listing(lambda: kv.history("a"))
     assert [view(e) for e in hist] == [("a", b"1", 1, None), ("a", b"2", 3, None)]
     assert [e.delta for e in hist] == [1, 0]
-    assert sorted(await asyncio.wait_for(kv.keys(), STEP)) == ["a", "b", "c"]
+    assert sorted(await listing(kv.keys)) == ["a", "b", "c"]
 
     await kv.delete("b")  # rev 5: DEL marker
     with pytest.raises(KeyNotFoundError) as ei:
         await kv.get("b")
     assert ei.value.op == KV_DEL  # found, but it is a delete marker
-    hist = await asyncio.wait_for(kv.history("b"), STEP)
+    hist = await listing(lambda: kv.history("b"))
     assert [view(e) for e in hist] == [("b", b"x", 2, None), ("b", b"", 5, KV_DEL)]
-    assert sorted(await asyncio.wait_for(kv.keys(), STEP)) == ["a", "c"]  # deleted keys are skipped
+    assert sorted(await listing(kv.keys)) == ["a", "c"]  # deleted keys are skipped
 
     await kv.purge("a")  # rev 6: PURGE marker, rolls up a's history
-    hist = await asyncio.wait_for(kv.history("a"), STEP)
+    hist = await listing(lambda: kv.history("a"))
     assert [view(e) for e in hist] == [("a", b"", 6, KV_PURGE)]
-    assert await asyncio.wait_for(kv.keys(), STEP) == ["c"]
+    assert await listing(kv.keys) == ["c"]
     e = await kv.get("c")
     assert (e.key, e.value, e.revision) == ("c", b"see", 4)
 
     # A history of a key that never existed: no entries.
     with pytest.raises(NoKeysError):
-        await asyncio.wait_for(kv.history("nope"), STEP)
+        await listing(lambda: kv.history("nope"))
 
     # purge_deletes(olderthan=0) removes every delete/purge marker (and what they hid).
     assert (await kv.status()).values == 4  # a: PURGE; b: x + DEL; c: see
-    await asyncio.wait_for(kv.purge_deletes(olderthan=0), STEP)
-    st = await js.stream_info("KV_cfg")
+    # purge_deletes walks a watchall() too, so the watcher race can make one pass see nothing.
+    for _ in range(RACE_RETRIES):
+        await asyncio.wait_for(kv.purge_deletes(olderthan=0), STEP)
+        st = await js.stream_info("KV_cfg")
+        if st.state.messages != 4:
+            break
     assert st.state.messages == 1
     with pytest.raises(KeyNotFoundError):
         await kv.get("b")
-    w = await kv.watchall()
-    assert [view(x) for x in await initial(w)] == [("c", b"see", 4, None), None]
+    w, init = await watched(kv.watchall)
+    assert [view(x) for x in init] == [("c", b"see", 4, None), None]
     await w.stop()
 
 
@@ -105,8 +142,7 @@ async def test_kv_watch_initial_values_then_live_updates(nc: nats.NATS) -> None:
     await kv.put("other", b"o")  # 4
     await kv.delete("app.two")  # 5
 
-    w = await kv.watchall()
-    got = await initial(w)
+    w, got = await watched(kv.watchall)
     # Last value per key, in stream order, delete markers included; delta counts down to 0.
     assert [view(e) for e in got] == [
         ("app.one", b"1b", 3, None),
@@ -117,8 +153,8 @@ async def test_kv_watch_initial_values_then_live_updates(nc: nats.NATS) -> None:
     assert [e.delta for e in got if e] == [2, 1, 0]
     assert all(e.bucket == "w" and e.created is not None for e in got if e)
 
-    sub = await kv.watch("app.*")
-    assert [view(e) for e in await initial(sub)] == [
+    sub, init = await watched(lambda: kv.watch("app.*"))
+    assert [view(e) for e in init] == [
         ("app.one", b"1b", 3, None),
         ("app.two", b"", 5, KV_DEL),
         None,
@@ -157,12 +193,12 @@ async def test_kv_watch_empty_bucket_and_ignore_deletes(nc: nats.NATS) -> None:
 
     await kv.put("gone", b"x")  # 2
     await kv.delete("gone")  # 3
-    w = await kv.watch(">", ignore_deletes=True)
-    assert [view(x) for x in await initial(w)] == [("k", b"v", 1, None), None]
+    w, init = await watched(lambda: kv.watch(">", ignore_deletes=True))
+    assert [view(x) for x in init] == [("k", b"v", 1, None), None]
     await w.stop()
     # meta_only watchers get headers, no values.
-    w = await kv.watch("k", meta_only=True)
-    assert [view(x) for x in await initial(w)] == [("k", b"", 1, None), None]
+    w, init = await watched(lambda: kv.watch("k", meta_only=True))
+    assert [view(x) for x in init] == [("k", b"", 1, None), None]
     await w.stop()
 
 
@@ -189,15 +225,14 @@ async def test_object_store_get_list_watch_delete(nc: nats.NATS) -> None:
     res = await asyncio.wait_for(obs.get("small.txt"), STEP)
     assert res.data == b"hello"
 
-    listed = await asyncio.wait_for(obs.list(), STEP)
+    listed = await listing(obs.list)
     assert sorted((o.name, o.size, o.chunks) for o in listed) == [
         ("blob.bin", len(big), 4),
         ("small.txt", 5, 1),
     ]
     assert all(o.bucket == "files" and not o.deleted for o in listed)
 
-    w = await obs.watch()
-    init = await initial(w)
+    w, init = await watched(obs.watch)
     assert [(o.name, o.size) if o else None for o in init] == [("blob.bin", len(big)), ("small.txt", 5), None]
 
     await obs.put("new.txt", b"fresh")
@@ -212,9 +247,9 @@ async def test_object_store_get_list_watch_delete(nc: nats.NATS) -> None:
         await obs.get_info("small.txt")
     gone = await obs.get_info("small.txt", show_deleted=True)
     assert gone.deleted is True and gone.size == 0
-    listed = await asyncio.wait_for(obs.list(ignore_deletes=True), STEP)
+    listed = await listing(lambda: obs.list(ignore_deletes=True))
     assert sorted(o.name for o in listed) == ["blob.bin", "new.txt"]
-    listed = await asyncio.wait_for(obs.list(), STEP)
+    listed = await listing(obs.list)
     assert sorted((o.name, bool(o.deleted)) for o in listed) == [
         ("blob.bin", False),
         ("new.txt", False),

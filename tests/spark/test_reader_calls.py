@@ -109,13 +109,20 @@ def test_batch_reader_direct_and_bulk_agree(jetlog: Backend) -> None:
     jetlog.add_stream(s, [f"{s.lower()}.>"])
     jetlog.publish(f"{s.lower()}.x", [b"a", b"b", b"c"], [{"H": "1"}, None, {"H": "3", "J": "x"}])
     tables = []
-    for mode in ("bulk", "direct"):
+    for mode, fmt in (("bulk", "jlr1"), ("bulk", "jlc1"), ("direct", "jlr1")):
         o = parse_source_options(
-            {"servers": jetlog.url, "streams": s, "fetch": mode, "includeHeaders": "true"}, batch=True
+            {
+                "servers": jetlog.url,
+                "streams": s,
+                "fetch": mode,
+                "includeHeaders": "true",
+                "fetchFormat": fmt,
+            },
+            batch=True,
         )
         br = JetlogBatchReader(o, source_schema(True))
         tables.append(_read_all(br, br.partitions()))
-    assert tables[0].equals(tables[1])
+    assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
     assert tables[0].column("headers").to_pylist() == [
         [{"key": "H", "value": "1"}],
         [],
@@ -131,3 +138,52 @@ def test_record_larger_than_fetch_budget_is_reported(jetlog: Backend) -> None:
     br = JetlogBatchReader(o, source_schema(False))
     with pytest.raises(FetchError, match="larger than the fetch budget"):
         _read_all(br, br.partitions())
+
+
+@pytest.mark.parametrize("fmt", ["jlr1", "jlc1"])
+def test_pipelined_bulk_reads_stay_ordered_and_complete(jetlog: Backend, fmt: str) -> None:
+    """Several FETCH requests in flight per task: with record sizes that vary (so replies stop
+    short of their sub-range), interior deletions and an early stop, every window size yields
+    exactly the stored records in sequence order and leaves no request behind."""
+    from jetlog.spark.fetch import FetchSettings, read_range
+    from jetlog.spark.natsio import Connection, ConnectOptions
+
+    s = jetlog.name("RPIPE")
+    jetlog.add_stream(s, [f"{s.lower()}.>"])
+    payloads = [f"m{i:05d}".encode() * (1 + (i * 7919) % 40) for i in range(3000)]
+    seqs = jetlog.publish(f"{s.lower()}.x", payloads)
+    deleted = set(range(500, 520)) | {1001, 2999}
+    for q in sorted(deleted):
+        jetlog.bg.run(jetlog.js.delete_msg(s, q))
+    want = [q for q in seqs if q not in deleted]
+    schema = pa.schema(
+        [
+            ("stream", pa.string()),
+            ("seq", pa.int64()),
+            ("subject", pa.string()),
+            ("data", pa.binary()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    conn = Connection.connect(ConnectOptions(servers=(jetlog.url,)))
+    try:
+        for window in (1, 2, 5):
+            settings = FetchSettings("bulk", False, 8000, 1000, 10.0, True, window, fmt)
+            batches = list(read_range(conn, s, 1, seqs[-1] + 1, settings, schema))
+            table = pa.Table.from_batches(batches, schema)
+            assert table.column("seq").to_pylist() == want, window
+            assert table.column("data").to_pylist() == [payloads[q - 1] for q in want]
+            assert len(batches) > 20  # 8 kB per reply: many requests, several in flight
+            assert not conn._waiting and not conn._stash
+        # A reader that stops early (Spark closing the iterator) abandons its requests cleanly.
+        settings = FetchSettings("bulk", False, 8000, 1000, 10.0, True, 4, fmt)
+        it = read_range(conn, s, 1, seqs[-1] + 1, settings, schema)
+        first = next(it)
+        it.close()
+        assert first.column("seq")[0].as_py() == 1
+        assert not conn._waiting and not conn._stash
+        # ...and the connection serves the next read as usual (late replies are dropped).
+        again = pa.Table.from_batches(list(read_range(conn, s, 2990, 3001, settings, schema)), schema)
+        assert again.column("seq").to_pylist() == [q for q in want if q >= 2990]
+    finally:
+        conn.close()

@@ -1,0 +1,162 @@
+"""Bulk reads as runs of stored records (JLR1, :mod:`jetlog.wire.rawframe`).
+
+A file store's records sit in its segment files back to back inside each batch, already in the
+wire layout with their CRCs. A read of a committed range therefore becomes: walk the index for
+runs of live entries, split them where the bytes are not contiguous (batch headers, compressed
+batches), and ``pread`` each run in one call. Python work is per run, not per record; the
+records are checked (CRC) and columnized by the reader.
+
+Anything the fast path cannot serve as stored bytes — a compressed batch, a store without
+segment files — is re-encoded record by record into a run of its own (still correct, just the
+old cost).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+from operator import add, ne
+from typing import TYPE_CHECKING, NamedTuple
+
+from jetlog.errors import StorageError
+from jetlog.log.segment import COMPRESSED
+from jetlog.log.store import StoredMsg
+from jetlog.wire import rawframe as rf
+from jetlog.wire import records as rc
+
+if TYPE_CHECKING:
+    from jetlog.log.filestore import FileStore
+    from jetlog.log.index import Block
+
+
+class RawRead(NamedTuple):
+    """Runs of one reply. ``too_big`` is the sequence of a record that alone exceeds the budget
+    (nothing else is returned then); ``next_seq`` is the first sequence not covered."""
+
+    runs: list[rf.Run]
+    nrec: int
+    next_seq: int
+    too_big: int = 0
+
+
+def _encoded(m: StoredMsg) -> bytes:
+    return rc.encode_record(m.seq, m.ts, m.subject.encode(), m.hdr, m.data)
+
+
+def runs_from_messages(msgs: Iterable[StoredMsg], start: int, stop: int, budget: int, limit: int) -> RawRead:
+    """The generic path: records re-encoded into one run (any store). ``stop`` is exclusive."""
+    used = rf.FRAME_OVERHEAD + rf.RUN_OVERHEAD
+    pos: list[int] = []
+    parts: list[bytes] = []
+    off = 0
+    next_seq = start
+    for m in msgs:
+        rec = _encoded(m)
+        if len(pos) >= limit or (used + rf.ROW_OVERHEAD + len(rec) > budget and pos):
+            return RawRead(_one_run(pos, parts), len(pos), next_seq)
+        if used + rf.ROW_OVERHEAD + len(rec) > budget:
+            return RawRead([], 0, m.seq, too_big=m.seq)
+        used += rf.ROW_OVERHEAD + len(rec)
+        pos.append(off)
+        parts.append(rec)
+        off += len(rec)
+        next_seq = m.seq + 1
+    return RawRead(_one_run(pos, parts), len(pos), max(next_seq, stop))
+
+
+def _one_run(pos: list[int], parts: list[bytes]) -> list[rf.Run]:
+    if not pos:
+        return []
+    from array import array
+
+    return [rf.Run(len(pos), array("I", pos).tobytes(), 0, b"".join(parts))]
+
+
+def _contiguous_end(blk: Block, k: int, j: int) -> int:
+    """First index after ``k`` (at most ``j``) whose record does not directly follow the one
+    before it in the file, or that lives in a compressed batch."""
+    pos, aux = blk.pos, blk.aux
+    if j - k == 1:
+        return j
+    # Common case first, in C: the whole run is back to back.
+    if max(aux[k:j]) < COMPRESSED and pos[j - 1] + aux[j - 1] - pos[k] == sum(aux[k:j]):
+        return j
+    flags = bytes(map(ne, map(add, pos[k : j - 1], aux[k : j - 1]), pos[k + 1 : j]))
+    brk = flags.find(1)
+    end = j if brk < 0 else k + 1 + brk
+    for t in range(k + 1, end):  # a compressed record's aux breaks the sum, never the chain
+        if aux[t] & COMPRESSED:
+            return t
+    return end
+
+
+def read_runs(store: FileStore, start: int, stop: int, budget: int, limit: int) -> RawRead:
+    """Committed live records ``start <= seq < stop`` of a file store as runs of stored bytes,
+    at most ``budget`` frame bytes and ``limit`` records."""
+    last = min(stop - 1, store.committed_seq)
+    runs: list[rf.Run] = []
+    used = rf.FRAME_OVERHEAD
+    count = 0
+    next_seq = start
+    for blk, i, j in store._ix.iter_live_runs(start, last):
+        k = i
+        while k < j:
+            seq = blk.seqs[k]
+            if count >= limit:
+                return RawRead(runs, count, seq)
+            if blk.aux[k] & COMPRESSED:
+                # Inside a compressed batch: decompress (cached) and re-encode this one record.
+                rec = _encoded(store._read(blk, k))
+                size = rf.RUN_OVERHEAD + rf.ROW_OVERHEAD + len(rec)
+                if used + size > budget:
+                    return RawRead(runs, count, seq, too_big=0 if count else seq)
+                runs.append(rf.single(rec))
+                used += size
+                count += 1
+                next_seq = seq + 1
+                k += 1
+                continue
+            e = min(_contiguous_end(blk, k, j), k + (limit - count))
+            base = blk.pos[k]
+            cut = _fit(blk, k, e, budget - used - rf.RUN_OVERHEAD)
+            if cut == k:
+                return RawRead(runs, count, seq, too_big=0 if count else seq)
+            length = blk.pos[cut - 1] + blk.aux[cut - 1] - base
+            runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, _pread(store, blk, base, length)))
+            used += rf.RUN_OVERHEAD + rf.ROW_OVERHEAD * (cut - k) + length
+            count += cut - k
+            next_seq = blk.seqs[cut - 1] + 1
+            if cut < e:
+                return RawRead(runs, count, next_seq)  # the budget is spent
+            k = e
+    return RawRead(runs, count, max(next_seq, last + 1, start))
+
+
+def _fit(blk: Block, k: int, e: int, room: int) -> int:
+    """Largest ``cut`` in ``[k, e]`` such that entries ``k..cut-1`` (a contiguous run) take at
+    most ``room`` frame bytes: their stored bytes plus one position each."""
+    pos, aux = blk.pos, blk.aux
+    base = pos[k]
+    if pos[e - 1] + aux[e - 1] - base + rf.ROW_OVERHEAD * (e - k) <= room:
+        return e
+    # Upper bound from the start positions alone, then bisect on the exact cost.
+    lo, hi = k, bisect_right(pos, base + room, k, e)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2  # candidate cut
+        if pos[mid - 1] + aux[mid - 1] - base + rf.ROW_OVERHEAD * (mid - k) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _pread(store: FileStore, blk: Block, pos: int, length: int) -> bytes:
+    seg = blk.seg
+    fd = seg.fd if seg.fd is not None else store._open_fd(seg)
+    try:
+        data = store._io.pread(fd, length, pos)
+    except OSError as exc:
+        raise StorageError(f"cannot read {seg.path}: {exc}") from exc
+    if len(data) != length:
+        raise StorageError(f"short read of {seg.path} at {pos}: {len(data)} of {length} bytes")
+    return data

@@ -1,0 +1,225 @@
+"""JLR1 bulk reads (``"format": "jlr1"``): runs of stored records cut out of segment files.
+
+Checked against per-message ``load`` over random ranges and byte budgets, for plain and
+compressed file stores (compressed records take the re-encoding path), after deletes, purges
+and reopen, with uncommitted records present, and for the memory store's generic path; the
+reader-side checks catch a damaged record."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetlog.api import fetch as F
+from jetlog.log.filestore import FileStore
+from jetlog.log.memstore import MemStore
+from jetlog.wire import headers as H
+from jetlog.wire import rawframe as rf
+from jetlog.wire import records as rc
+
+MAX_PAYLOAD = 1 << 20
+
+
+def _read(
+    store: Any, start: int, end: int, budget: int, max_msgs: int = 0
+) -> tuple[list[rc.Record], int, int]:
+    """Loop FETCH(jlr1) over ``[start, end)`` like a reader; returns (records, replies, hw)."""
+    hw = store.committed_seq
+    out: list[rc.Record] = []
+    seq = start
+    replies = 0
+    while seq < end:
+        req = F.FetchRequest(start=seq, end=end, max_bytes=budget, max_msgs=max_msgs, format="jlr1")
+        hdr, payload = F.fetch("S", store, hw, req, MAX_PAYLOAD)
+        _code, _desc, pairs = H.parse(hdr)
+        meta = dict(pairs)
+        assert meta.get("Jl-Format") == "jlr1" and int(meta["Jl-Hwm"]) == hw, (_code, meta)
+        assert len(payload) <= budget
+        recs = rf.decode(payload)
+        assert len(recs) == int(meta["Jl-Count"])
+        if max_msgs:
+            assert len(recs) <= max_msgs
+        out.extend(recs)
+        nxt = int(meta["Jl-Next-Seq"])
+        assert nxt > seq, "no progress"
+        if recs:
+            assert nxt > recs[-1].seq  # (may skip deleted sequences; completeness is checked below)
+        seq = nxt
+        replies += 1
+        if seq > hw:
+            break
+    return out, replies, hw
+
+
+def _expected(store: Any, start: int, end: int, hw: int) -> list[tuple[Any, ...]]:
+    got = []
+    for s in range(max(start, 1), min(end, hw + 1)):
+        m = store.load(s)
+        if m is not None:
+            got.append((m.seq, m.ts, m.subject, m.hdr, m.data))
+    return got
+
+
+def _view(recs: list[rc.Record]) -> list[tuple[Any, ...]]:
+    return [(r.seq, r.ts, r.subject, r.hdr, r.data) for r in recs]
+
+
+def _fill(store: Any, rnd: random.Random, n: int) -> None:
+    for i in range(n):
+        hdr = b"NATS/1.0\r\nK: %d\r\n\r\n" % i if i % 3 == 0 else b""
+        store.append(
+            f"s.{i % 5}", hdr, os.urandom(rnd.randint(0, 300)), 1_000 + i, ttl=5 if i % 7 == 0 else 0
+        )
+
+
+async def _check(store: Any, rnd: random.Random) -> None:
+    top = store.last_seq + 3
+    for _ in range(25):
+        a = rnd.randint(1, top)
+        b = rnd.randint(a, top + 1)
+        budget = rnd.choice([600, 1000, 4000, 70_000, MAX_PAYLOAD])
+        recs, _n, hw = _read(store, a, b, budget)
+        assert _view(recs) == _expected(store, a, b, hw)
+    recs, _n, hw = _read(store, 1, top, MAX_PAYLOAD, max_msgs=7)
+    assert _view(recs) == _expected(store, 1, top, hw)
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_file_store_raw_reads_match_load(tmp_path: Any, compression: bool) -> None:
+    rnd = random.Random(11)
+    st_ = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        _fill(st_, rnd, 600)
+        await st_.flush()
+        _fill(st_, rnd, 5)  # not committed yet: never returned
+        recs, _n, hw = _read(st_, 1, st_.last_seq + 1, MAX_PAYLOAD)
+        assert hw == 600 and recs[-1].seq == 600 and len(recs) == 600
+        await st_.flush()
+        await _check(st_, rnd)
+        for s in rnd.sample(range(1, 601), 80):
+            st_.remove(s)
+        st_.purge(seq=40)
+        _fill(st_, rnd, 50)
+        await st_.flush()
+        await _check(st_, rnd)
+    finally:
+        await st_.close()
+    st_ = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        await _check(st_, rnd)  # after recovery, cold caches
+    finally:
+        await st_.close()
+
+
+async def test_memory_store_raw_reads_match_load() -> None:
+    rnd = random.Random(5)
+    st_ = await MemStore.open()
+    _fill(st_, rnd, 300)
+    for s in rnd.sample(range(1, 301), 40):
+        st_.remove(s)
+    await _check(st_, rnd)
+
+
+async def test_record_larger_than_budget_is_413(tmp_path: Any) -> None:
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        st_.append("a", b"", b"x" * 100, 1)
+        st_.append("a", b"", b"y" * 5000, 2)
+        await st_.flush()
+        req = F.FetchRequest(start=2, max_bytes=1000, format="jlr1")
+        hdr, payload = F.fetch("S", st_, 2, req, MAX_PAYLOAD)
+        code, _desc, pairs = H.parse(hdr)
+        assert (code, dict(pairs)["Jl-Next-Seq"], payload) == (413, "2", b"")
+        # From 1: the first record fits, the reply stops before the big one.
+        hdr, payload = F.fetch(
+            "S", st_, 2, F.FetchRequest(start=1, max_bytes=1000, format="jlr1"), MAX_PAYLOAD
+        )
+        code, _desc, pairs = H.parse(hdr)
+        assert code == 0 and dict(pairs)["Jl-Next-Seq"] == "2"
+        assert [r.seq for r in rf.decode(payload)] == [1]
+    finally:
+        await st_.close()
+
+
+async def test_damaged_record_is_caught_by_the_reader(tmp_path: Any) -> None:
+    st_ = await FileStore.open(str(tmp_path))
+    for i in range(20):
+        st_.append("x", b"", b"payload-%d" % i, 1_000 + i)
+    await st_.flush()
+    await st_.close()
+    seg = sorted(f for f in os.listdir(tmp_path) if f.endswith(".log"))[0]
+    path = os.path.join(tmp_path, seg)
+    with open(path, "r+b") as f:
+        data = f.read()
+        f.seek(data.index(b"payload-13"))
+        f.write(b"PAYLOAD")
+    st_ = await FileStore.open(str(tmp_path), verify=False)
+    try:
+        _hdr, payload = F.fetch("S", st_, 20, F.FetchRequest(format="jlr1"), MAX_PAYLOAD)
+        with pytest.raises(rf.RawFrameError, match="crc"):
+            rf.decode(payload)
+    finally:
+        await st_.close()
+
+
+def test_unknown_format_is_refused() -> None:
+    assert F.decode_fetch(b'{"format":"arrow"}') == "format must be one of jlc1, jlr1"
+    req = F.decode_fetch(b'{"format":"jlr1"}')
+    assert isinstance(req, F.FetchRequest) and req.format == "jlr1"
+
+
+_recs = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=12), st.binary(max_size=40), st.binary(max_size=60), st.booleans()
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_recs, st.integers(min_value=1, max_value=4))
+def test_frame_round_trip(rows: list[tuple[str, bytes, bytes, bool]], nruns: int) -> None:
+    encoded = [
+        rc.encode_record(i + 1, 10 * i, s.encode(), h, d, ttl=99 if t else 0)
+        for i, (s, h, d, t) in enumerate(rows)
+    ]
+    # Spread the records over runs, each run with an arbitrary stored base position.
+    runs = []
+    per = max(1, -(-len(encoded) // nruns))
+    for r0 in range(0, len(encoded), per):
+        chunk = encoded[r0 : r0 + per]
+        base = 1000 * (r0 + 1)
+        pos, p = [], base
+        for rec in chunk:
+            pos.append(p)
+            p += len(rec)
+        from array import array
+
+        runs.append(rf.Run(len(chunk), array("I", pos).tobytes(), base, b"".join(chunk)))
+    frame = b"".join(rf.encode(runs))
+    got = rf.decode(frame)
+    assert [(r.seq, r.ts, r.subject, r.hdr, r.data) for r in got] == [
+        (i + 1, 10 * i, s, h, d) for i, (s, h, d, _t) in enumerate(rows)
+    ]
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b[:10],  # truncated header
+        lambda b: b"JLR2" + b[4:],  # bad magic
+        lambda b: b[:-1],  # data shorter than the runs claim
+        lambda b: b + b"\0",  # trailing bytes
+    ],
+)
+def test_malformed_frames_are_refused(mutate: Any) -> None:
+    rec = rc.encode_record(1, 2, b"a.b", b"", b"hello")
+    frame = b"".join(rf.encode([rf.single(rec)]))
+    assert [r.data for r in rf.decode(frame)] == [b"hello"]
+    with pytest.raises(rf.RawFrameError):
+        rf.decode(mutate(frame))
