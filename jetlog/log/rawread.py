@@ -122,7 +122,8 @@ def read_runs(store: FileStore, start: int, stop: int, budget: int, limit: int) 
             if cut == k:
                 return RawRead(runs, count, seq, too_big=0 if count else seq)
             length = blk.pos[cut - 1] + blk.aux[cut - 1] - base
-            runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, _pread(store, blk, base, length)))
+            data, flags, crc = _pread_run(store, blk, base, length)
+            runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, data, flags, crc))
             used += rf.RUN_OVERHEAD + rf.ROW_OVERHEAD * (cut - k) + length
             count += cut - k
             next_seq = blk.seqs[cut - 1] + 1
@@ -148,6 +149,27 @@ def _fit(blk: Block, k: int, e: int, room: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _pread_run(store: FileStore, blk: Block, base: int, length: int) -> tuple[bytes | memoryview, int, int]:
+    """The run's bytes, and (flag, stored body CRC) when the run is exactly one whole batch body.
+
+    The 64 bytes before the run are read with it: when they are the batch's header (valid
+    header CRC, uncompressed, no ops, body length equal to the run), the reader can check the
+    whole run against the stored body CRC in one call. Otherwise they are just the tail of
+    earlier records (the run starts mid-batch) and the reader checks record CRCs one by one.
+    """
+    if base < rc.HEADER_SIZE:
+        return _pread(store, blk, base, length), 0, 0
+    buf = _pread(store, blk, base - rc.HEADER_SIZE, length + rc.HEADER_SIZE)
+    data = memoryview(buf)[rc.HEADER_SIZE :]
+    try:
+        h = rc.decode_header(buf, 0)
+    except rc.BatchError:
+        return data, 0, 0
+    if h.compressed or h.n_ops or h.body_len != length:
+        return data, 0, 0
+    return data, rf.RUN_WHOLE_BATCH, h.body_crc
 
 
 def _pread(store: FileStore, blk: Block, pos: int, length: int) -> bytes:

@@ -6,8 +6,9 @@ checked and columnized, in the executor, in parallel with the other tasks:
 1. :func:`rawframe.layout` validates the frame's structure;
 2. the records' frame offsets come from the shipped positions (one numpy expression per frame);
 3. their fixed 32-byte heads are gathered into a structured array (seq, ts, lengths, flags);
-4. every record is bounds-checked against its run, and its CRC32C verified (the one per-record
-   Python step: ``crc32c`` over a memoryview slice);
+4. every record is bounds-checked against its run; a run that is a whole stored batch is
+   checked against the batch's stored CRC32C in one call, any other record against its own
+   (the one per-record Python step);
 5. the subject and data bytes are gathered into contiguous Arrow value buffers with offsets.
 
 Headers, when asked for, are parsed per record that has any (header blocks are rare and small).
@@ -112,7 +113,18 @@ def raw_frame_to_batch(
         raise RawDecodeError("sequences are not increasing")
     mv = memoryview(frame).cast("B")
     if verify:
-        for a, b, c in zip(offs.tolist(), end.tolist(), heads["crc"].tolist(), strict=True):
+        # Whole stored batches: one CRC call per run against the batch's stored body CRC.
+        whole = np.fromiter(
+            (bool(r.flags & rf.RUN_WHOLE_BATCH) for r in lay.runs), dtype=bool, count=len(lay.runs)
+        )
+        for r in lay.runs:
+            if r.flags & rf.RUN_WHOLE_BATCH:
+                a = lay.data_start + r.data_off
+                if crc32c(mv[a : a + r.data_len]) != r.crc:
+                    raise RawDecodeError(f"batch crc mismatch in the run at frame offset {a}")
+        # Every other record: its own CRC.
+        rest = ~np.repeat(whole, counts)
+        for a, b, c in zip(offs[rest].tolist(), end[rest].tolist(), heads["crc"][rest].tolist(), strict=True):
             if crc32c(mv[a + 4 : b]) != c:
                 raise RawDecodeError(f"record crc mismatch at frame offset {a}")
     s_off, s_val = _gather(buf, subj, slen)

@@ -11,7 +11,7 @@ Kafka design: the broker ships record batches, the consumer decodes them.
 Layout (little-endian, sections 8-byte aligned)::
 
     header  16 bytes   magic b"JLR1" | version u16 (1) | flags u16 (0) | n_records u32 | n_runs u32
-    runs    16 x n_runs   count u32 | data_off u32 | data_len u32 | pos_base u32
+    runs    24 x n_runs   count u32 | data_off u32 | data_len u32 | pos_base u32 | flags u32 | crc u32
     pos     4 x n_records  the records' positions as stored (u32), run after run
     data    the runs' bytes, run after run
 
@@ -19,6 +19,12 @@ Record ``k`` of a run starts at ``data_start + data_off + (pos[k] - pos_base)`` 
 lies wholly inside the run's ``data_len`` bytes. ``pos`` values of one run increase. A run may
 hold one record re-encoded by the node (``pos_base`` 0, ``pos`` 0): records of compressed
 batches and other slow-path reads.
+
+Run flag :data:`RUN_WHOLE_BATCH`: the run is the complete body of one stored batch, and ``crc``
+is that batch's stored body CRC32C — the reader checks the run with one CRC call instead of one
+per record (the common case: a run is cut short only by deletions, the committed mark, an index
+block boundary or the byte budget). Without the flag ``crc`` is 0 and every record's own CRC is
+checked.
 
 Sans-I/O: pure functions; :func:`layout` validates everything a vectorized decoder relies on
 except the records' own contents (their CRCs and field lengths), which :func:`decode` checks.
@@ -30,6 +36,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from crc32c import crc32c
+
 from jetlog.errors import JetlogError
 from jetlog.wire import records as rc
 
@@ -37,8 +45,9 @@ MAGIC = b"JLR1"
 VERSION = 1
 _HEAD = struct.Struct("<4sHHII")
 HEADER_SIZE = _HEAD.size  # 16
-RUN = struct.Struct("<IIII")
-RUN_SIZE = RUN.size  # 16
+RUN = struct.Struct("<IIIIII")
+RUN_SIZE = RUN.size  # 24
+RUN_WHOLE_BATCH = 0x1
 POS_SIZE = 4
 RUN_OVERHEAD = RUN_SIZE
 ROW_OVERHEAD = POS_SIZE
@@ -56,6 +65,8 @@ class Run(NamedTuple):
     pos: bytes
     pos_base: int
     data: bytes | memoryview
+    flags: int = 0
+    crc: int = 0
 
 
 class RunInfo(NamedTuple):
@@ -63,6 +74,8 @@ class RunInfo(NamedTuple):
     data_off: int
     data_len: int
     pos_base: int
+    flags: int
+    crc: int
 
 
 class RawLayout(NamedTuple):
@@ -85,7 +98,7 @@ def encode(runs: Sequence[Run]) -> list[bytes | memoryview]:
     for r in runs:
         if len(r.pos) != POS_SIZE * r.nrec:
             raise RawFrameError("run positions do not match its count")
-        table += RUN.pack(r.nrec, off, len(r.data), r.pos_base)
+        table += RUN.pack(r.nrec, off, len(r.data), r.pos_base, r.flags, r.crc)
         off += len(r.data)
     parts: list[bytes | memoryview] = [_HEAD.pack(MAGIC, VERSION, 0, n, len(runs)), bytes(table)]
     parts.extend(r.pos for r in runs)
@@ -158,7 +171,10 @@ def decode(buf: bytes | memoryview) -> list[rc.Record]:
     offs = record_offsets(buf, lay)
     ends: list[int] = []
     for r in lay.runs:
-        ends.extend([lay.data_start + r.data_off + r.data_len] * r.nrec)
+        start = lay.data_start + r.data_off
+        if r.flags & RUN_WHOLE_BATCH and crc32c(mv[start : start + r.data_len]) != r.crc:
+            raise RawFrameError(f"batch crc mismatch in the run at {start}")
+        ends.extend([start + r.data_len] * r.nrec)
     for off, end in zip(offs, ends, strict=True):
         try:
             rec, _next = rc.decode_record(mv[:end], off)

@@ -223,3 +223,32 @@ def test_malformed_frames_are_refused(mutate: Any) -> None:
     assert [r.data for r in rf.decode(frame)] == [b"hello"]
     with pytest.raises(rf.RawFrameError):
         rf.decode(mutate(frame))
+
+
+async def test_whole_batches_carry_their_stored_crc(tmp_path: Any) -> None:
+    """A run that is one whole stored batch says so (and carries the batch's body CRC); a run
+    cut by a deletion does not, and its records are checked one by one."""
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        for batch in range(3):
+            for i in range(10):
+                st_.append("x", b"", b"b%d-%d" % (batch, i), 1_000 + i)
+            await st_.flush()  # one stored batch of 10 records each time
+        st_.remove(15)  # splits the second batch into two partial runs
+        _hdr, payload = F.fetch("S", st_, 30, F.FetchRequest(format="jlr1"), MAX_PAYLOAD)
+        lay = rf.layout(payload)
+        assert [(r.nrec, bool(r.flags & rf.RUN_WHOLE_BATCH)) for r in lay.runs] == [
+            (10, True),
+            (4, False),
+            (5, False),
+            (10, True),
+        ]
+        assert all(r.crc for r in lay.runs if r.flags) and not any(r.crc for r in lay.runs if not r.flags)
+        assert [r.seq for r in rf.decode(payload)] == [s for s in range(1, 31) if s != 15]
+        # A stored-CRC mismatch on a whole run is caught.
+        bad = bytearray(payload)
+        bad[lay.data_start + 40] ^= 0x01
+        with pytest.raises(rf.RawFrameError, match="crc"):
+            rf.decode(bytes(bad))
+    finally:
+        await st_.close()

@@ -121,3 +121,16 @@ def test_empty_frame() -> None:
     b = raw_frame_to_batch(frame, "S", arrow_schema(True))
     assert b.num_rows == 0 and b.schema == arrow_schema(True)
     assert isinstance(b, pa.RecordBatch)
+
+
+def test_whole_batch_runs_are_checked_against_their_stored_crc() -> None:
+    from crc32c import crc32c
+
+    enc = [rc.encode_record(i + 1, 1000 + i, b"s", b"", b"payload-%d" % i) for i in range(6)]
+    body = b"".join(enc)
+    pos = array("I", [64 + sum(len(e) for e in enc[:i]) for i in range(6)]).tobytes()
+    good = b"".join(rf.encode([rf.Run(6, pos, 64, body, rf.RUN_WHOLE_BATCH, crc32c(body))]))
+    assert raw_frame_to_batch(good, "S", arrow_schema(False)).column("seq").to_pylist() == [1, 2, 3, 4, 5, 6]
+    wrong = b"".join(rf.encode([rf.Run(6, pos, 64, body, rf.RUN_WHOLE_BATCH, crc32c(body) ^ 1)]))
+    with pytest.raises(RawDecodeError, match="batch crc"):
+        raw_frame_to_batch(wrong, "S", arrow_schema(False))
