@@ -13,6 +13,7 @@ old cost).
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from operator import add, ne
@@ -67,8 +68,6 @@ def runs_from_messages(msgs: Iterable[StoredMsg], start: int, stop: int, budget:
 def _one_run(pos: list[int], parts: list[bytes]) -> list[rf.Run]:
     if not pos:
         return []
-    from array import array
-
     return [rf.Run(len(pos), array("I", pos).tobytes(), 0, b"".join(parts))]
 
 

@@ -21,6 +21,7 @@ from jetlog.log.memstore import MemStore
 from jetlog.wire import headers as H
 from jetlog.wire import rawframe as rf
 from jetlog.wire import records as rc
+from tests.unit.test_store_iter_range import _fill
 
 MAX_PAYLOAD = 1 << 20
 
@@ -67,14 +68,6 @@ def _expected(store: Any, start: int, end: int, hw: int) -> list[tuple[Any, ...]
 
 def _view(recs: list[rc.Record]) -> list[tuple[Any, ...]]:
     return [(r.seq, r.ts, r.subject, r.hdr, r.data) for r in recs]
-
-
-def _fill(store: Any, rnd: random.Random, n: int) -> None:
-    for i in range(n):
-        hdr = b"NATS/1.0\r\nK: %d\r\n\r\n" % i if i % 3 == 0 else b""
-        store.append(
-            f"s.{i % 5}", hdr, os.urandom(rnd.randint(0, 300)), 1_000 + i, ttl=5 if i % 7 == 0 else 0
-        )
 
 
 async def _check(store: Any, rnd: random.Random) -> None:
