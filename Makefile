@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install run test test-fast bench bench-spark lint clean spark-example
-.PHONY: clients-env test-clients test-clients-nats clean-clients
+.PHONY: clients-env test-clients test-clients-nats clean-clients browser-env
 
 install: $(STAMP)
 
@@ -20,8 +20,17 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/jetlog dev
 
-test: install clients-env
-	$(BIN)/python -m pytest -q --durations=15
+test: install clients-env browser-env
+	$(BIN)/python -m pytest -q -rs --durations=15
+
+# Debian's chromium for the status page's browser test (tests/integration/test_status_page.py).
+# Without root or sudo it cannot be installed: that test then reports itself skipped, saying why.
+browser-env:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi; \
+	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 \
+	  || { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } \
+	  || echo "note: could not install Debian's chromium; the status page browser test will be skipped"; }
 
 test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not slow"

@@ -30,6 +30,16 @@ class NatsServerError(JetlogError):
     """The nats-server binary is missing or did not start."""
 
 
+def _die_with_parent() -> None:
+    """In the forked child, before exec: SIGTERM when the parent exits (``PR_SET_PDEATHSIG``),
+    so a server outside jetlog's process group does not outlive a ``kill -9`` of jetlog."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, 15, 0, 0, 0)
+
+
 def find_nats_server() -> str:
     """Path of the nats-server binary: ``$JETLOG_NATS_SERVER``, the venv's, or ``$PATH``'s.
 
@@ -66,6 +76,10 @@ class NatsServer:
     leaf_conf: str = ""
     """Extra lines inside the ``leafnodes {}`` block (e.g. an ``authorization {}``)."""
     store_dir: str | None = None
+    own_process_group: bool = False
+    """Start the server in a process group of its own (``jetlog dev``): a Ctrl-C or a signal to
+    jetlog's process group then reaches jetlog only, which stops the node before the server. The
+    server still dies with jetlog (Linux parent-death signal), so it is never left behind."""
     host: str = "127.0.0.1"
     client_port: int = -1
     leaf_port: int = -1
@@ -107,8 +121,18 @@ class NatsServer:
         conf = os.path.join(self._tmp.name, "nats.conf")
         with open(conf, "w") as f:
             f.write(self._config(self._tmp.name))
+        extra: dict[str, object] = {}
+        if self.own_process_group:
+            extra["start_new_session"] = True
+            if sys.platform == "linux":
+                extra["preexec_fn"] = _die_with_parent
         self.proc = await asyncio.create_subprocess_exec(
-            binary, "-c", conf, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            binary,
+            "-c",
+            conf,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            **extra,  # type: ignore[arg-type]
         )
         want = {"client"} | ({"leafnode"} if self.leafnode else set())
         ready = asyncio.get_running_loop().create_future()

@@ -110,6 +110,13 @@ class ProtocolError(TransportError):
     """The peer sent something the protocol does not allow (a malformed frame, -ERR)."""
 
 
+class ClusterError(JetlogError):
+    """A cluster-layer failure (metadata Raft unavailable or refused, node identity mismatch)."""
+
+    def to_api(self) -> ApiError:
+        return ApiError(E.CLUSTER_NOT_AVAIL)
+
+
 class E:
     """Every nats-server JetStream error (server/errors.json), keyed by role."""
 

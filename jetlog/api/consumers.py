@@ -1,6 +1,6 @@
 """Consumer endpoints: ``CONSUMER.CREATE`` (all subject forms), ``DURABLE.CREATE``, ``INFO``,
-``DELETE``, ``NAMES``, ``LIST``, ``PAUSE``, ``UNPIN``, ``MSG.NEXT`` and the clustered-only
-``LEADER.STEPDOWN``.
+``DELETE``, ``NAMES``, ``LIST``, ``PAUSE``, ``UNPIN``, ``MSG.NEXT``, the clustered-only
+``LEADER.STEPDOWN`` and the refusal of ``RESET`` (:mod:`jetlog.api.unsupported`).
 
 Config validation, defaults and error texts come from ``jetlog.consumer.config`` (checked
 byte-for-byte against nats-server); this module applies the result to the engine.
@@ -14,22 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 from jetlog.api import models as M
 from jetlog.api import models_consumer as MC
+from jetlog.api import unsupported
+from jetlog.api.models_gojson import go_quote
 from jetlog.consumer import frames as F
 from jetlog.consumer import wire as W
-from jetlog.consumer.config import prepare_consumer_create
+from jetlog.consumer.config import prepare_consumer_create, valid_group_name, with_pause
 from jetlog.consumer.pull import Waiting
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.wire.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:
-    from jetlog.api.router import ApiRouter
+    from jetlog.api.host import ApiHost, ApiReplies
     from jetlog.consumer.consumer import Consumer
-    from jetlog.node import Node
 
 log = logging.getLogger("jetlog.api")
 
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
+ZERO = "0001-01-01T00:00:00Z"
 
 
 def pull_from_body(c: Consumer, body: bytes, hdr: bytes = b"") -> Waiting | bytes:
@@ -49,11 +51,24 @@ def pull_from_body(c: Consumer, body: bytes, hdr: bytes = b"") -> Waiting | byte
     return Waiting(
         reply="",
         batch=batch,
-        max_bytes=r.max_bytes,
+        max_bytes=max(r.max_bytes, 0),  # nats-server: a negative budget is no budget
         no_wait=r.no_wait,
         expires=now + r.expires if r.expires else 0,
         heartbeat=r.idle_heartbeat,
     )
+
+
+PRIORITY_GROUPS_UNSUPPORTED = "priority groups are not supported by jetlog (priority_policy {policy})"
+
+
+def refuse_priority_groups(config: Any) -> None:
+    """jetlog does not implement priority groups (overflow, pinned_client, prioritized): a
+    consumer that asks for them is refused with ``400/10094`` once nats-server's own checks of
+    the fields passed (so an invalid group config gets nats-server's error), rather than
+    created and then delivered to as if it had no policy."""
+    policy = getattr(config, "priority_policy", "none")
+    if policy != "none":
+        raise E.CONSUMER_INVALID_POLICY(err=PRIORITY_GROUPS_UNSUPPORTED.format(policy=go_quote(policy)))
 
 
 def _seq_info(cseq: int, sseq: int, active: int) -> MC.SequenceInfo:
@@ -88,7 +103,7 @@ def consumer_info(c: Consumer) -> MC.ConsumerInfo:
 class ConsumerApi:
     """Handlers for ``$JS.API.CONSUMER.*``."""
 
-    def __init__(self, node: Node, router: ApiRouter) -> None:
+    def __init__(self, node: ApiHost, router: ApiReplies) -> None:
         self.node = node
         self.router = router
 
@@ -96,8 +111,11 @@ class ConsumerApi:
     def version(self) -> str:
         return self.node.client.server_version
 
+    def _reply(self, reply: str | None, body: bytes, *, error: bool = False) -> None:
+        self.router.reply_json(reply, body, error=error, ordered=True)
+
     def _reply_error(self, reply: str | None, cls: type[Any], err: JetlogError) -> None:
-        self.router.reply_json(reply, M.encode_error(cls, err.to_api()), error=True)
+        self._reply(reply, M.encode_error(cls, err.to_api()), error=True)
 
     def _stream_consumers(self, stream: str) -> tuple[Any, Any]:
         s = self.node.streams.get(stream) if self.node.streams else None
@@ -132,7 +150,7 @@ class ConsumerApi:
                 "type": "io.nats.jetstream.api.v1.consumer_leader_stepdown_response",
                 "error": E.CLUSTER_REQUIRED().to_dict(),
             }
-            self.router.reply_json(reply, M.encode_json_ordered(body), error=True)
+            self._reply(reply, M.encode_json_ordered(body), error=True)
             return
         too_new = W.required_api_level_rejected(level)
         if op in ("NAMES", "LIST") and len(rest) == 3:
@@ -145,6 +163,8 @@ class ConsumerApi:
             self._pause(rest[2], rest[3], reply, data, too_new)
         elif op == "UNPIN" and len(rest) == 4:
             self._unpin(rest[2], rest[3], reply, data, too_new)
+        elif op == "RESET" and len(rest) == 4:
+            self._reset(rest[2], rest[3], reply, data, too_new)
 
     # ---- create ----------------------------------------------------------------------------
 
@@ -165,6 +185,7 @@ class ConsumerApi:
             )
             if plan is None:
                 return
+            refuse_priority_groups(plan.config)
             _s, cset = self._stream_consumers(plan.stream)
             existing = cset.consumers.get(plan.name)
             if existing is not None:
@@ -179,26 +200,24 @@ class ConsumerApi:
             self._reply_error(reply, cls, e)
             return
         if plan.empty_reply:
-            self.router.reply_json(reply, b"")
+            self._reply(reply, b"")
             return
         info = consumer_info(c)
-        self.router.reply_json(reply, M.encode_json(MC.info_response(cls, info, version=self.version)))
+        self._reply(reply, M.encode_json(MC.info_response(cls, info, version=self.version)))
 
     # ---- info / delete / names / list ------------------------------------------------------------
 
     def _info(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
         cls = MC.ConsumerInfoResponse
         try:
+            M.check_empty_request(data)  # before the API level, as nats-server does (INFO only)
             if too_new:
                 raise E.REQUIRED_API_LEVEL()
-            M.check_empty_request(data)
             c = self._consumer(stream, name)
         except JetlogError as e:
             self._reply_error(reply, cls, e)
             return
-        self.router.reply_json(
-            reply, M.encode_json(MC.info_response(cls, consumer_info(c), version=self.version))
-        )
+        self._reply(reply, M.encode_json(MC.info_response(cls, consumer_info(c), version=self.version)))
 
     async def _delete(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
         cls = MC.ConsumerDeleteResponse
@@ -217,7 +236,7 @@ class ConsumerApi:
         except JetlogError as e:
             self._reply_error(reply, cls, e)
             return
-        self.router.reply_json(reply, M.encode_json(cls(success=True)))
+        self._reply(reply, M.encode_json(cls(success=True)))
 
     def _names_or_list(self, op: str, stream: str, reply: str | None, data: bytes, too_new: bool) -> None:
         cls = MC.ConsumerNamesResponse if op == "NAMES" else MC.ConsumerListResponse
@@ -241,47 +260,66 @@ class ConsumerApi:
             page = names[offset : offset + LIST_LIMIT]
             infos = [consumer_info(cset.consumers[n]) for n in page]
             out = MC.ConsumerListResponse(total=total, offset=offset, limit=LIST_LIMIT, consumers=infos)
-        self.router.reply_json(reply, M.encode_json(out))
+        self._reply(reply, M.encode_json(out))
 
     # ---- pause / unpin ---------------------------------------------------------------------
 
     def _pause(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
         cls = MC.ConsumerPauseResponse
         try:
+            # nats-server: a body that is not a JSON object or array is no request (resume);
+            # the body is decoded before the API level is checked.
+            req = MC.ConsumerPauseRequest()
+            if M.is_json_object_or_array(data):
+                req = MC.decode_consumer_request(MC.ConsumerPauseRequest, data)
             if too_new:
                 raise E.REQUIRED_API_LEVEL()
-            req = (
-                MC.decode_consumer_request(MC.ConsumerPauseRequest, data)
-                if data.strip()
-                else MC.ConsumerPauseRequest()
-            )
             c = self._consumer(stream, name)
         except JetlogError as e:
             self._reply_error(reply, cls, e)
             return
-        until = parse_time(req.pause_until) if req.pause_until else 0
+        # nats-server keeps the deadline (a past one too) in the consumer's config; only the
+        # zero time clears it.
+        pause = req.pause_until
+        stored = None if not pause or MC.time_ns(pause) == MC.time_ns(ZERO) else MC.go_time(pause, utc=True)
+        until = parse_time(stored) if stored else 0
+        c.host.update(c, with_pause(c.config, stored))
         c.set_pause(until)
         c.host.advisory_pause(c)
         now = time.time_ns()
         if c.paused_until > now:
-            body = cls(
-                paused=True, pause_until=format_time(c.paused_until), pause_remaining=c.paused_until - now
-            )
+            body = cls(paused=True, pause_until=stored or ZERO, pause_remaining=c.paused_until - now)
         else:
-            body = cls(paused=False, pause_until=format_time(0))
-        self.router.reply_json(reply, M.encode_json(body))
+            body = cls(paused=False, pause_until=stored or ZERO)
+        self._reply(reply, M.encode_json(body))
 
     def _unpin(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
+        # nats-server's order: API level, body (json.Unmarshal), group, stream, consumer, group
+        # membership.
         cls = MC.ConsumerUnpinResponse
         try:
             if too_new:
                 raise E.REQUIRED_API_LEVEL()
+            req = MC.decode_consumer_request(MC.ConsumerUnpinRequest, data, strict=False, stream=False)
+            if not req.group:
+                raise E.INVALID_JSON(err="consumer group not specified")
+            if not valid_group_name(req.group):
+                raise E.CONSUMER_INVALID_GROUP_NAME()
             self._consumer(stream, name)
-            # jetlog does not pin clients (priority groups are not implemented), so no group
-            # of this consumer can be named.
+            # jetlog refuses priority policies (README), so no consumer has a group to unpin.
             raise E.CONSUMER_INVALID_PRIORITY_GROUP()
         except JetlogError as e:
             self._reply_error(reply, cls, e)
+
+    def _reset(self, stream: str, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
+        if not reply:
+            return
+        s = self.node.streams.get(stream) if self.node.streams else None
+        if s is None or s.consumers is None or s.consumers.consumers.get(name) is None:
+            # nats-server answers RESET from the consumer's own subscription; its API
+            # dispatcher has no handler for it, so an unknown consumer gets no reply at all.
+            return
+        self.router.reply_json(reply, unsupported.consumer_reset(data, too_new), error=True)
 
     # ---- pull ------------------------------------------------------------------------------
 
@@ -303,6 +341,6 @@ class ConsumerApi:
 async def s_flush(cset: Any) -> None:
     """Make the stream's removals (interest re-evaluation after a delete) durable."""
     try:
-        await cset.stream.store.flush()
+        await cset.stream.sync()
     except JetlogError as e:
         raise ApiError(E.STREAM_STORE_FAILED, err=str(e)) from e

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from jetlog.api.models import MsgGetRequest, decode_direct_get, direct_get_problem
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.wire import headers as H
-from jetlog.wire.subjects import is_literal
+from jetlog.wire.subjects import is_literal, is_valid_subject
 from jetlog.wire.timefmt import format_time, parse_time
 
 MAX_MULTI_RESULTS = 1024
@@ -51,11 +51,14 @@ def direct_get(
     body: bytes,
     subject_key: str | None = None,
     max_seq: int = 0,
+    *,
+    file_store: bool = True,
 ) -> list[Frame]:
     """Answer one Direct Get request; returns the frames to send in order.
 
     ``subject_key`` is the subject of the subject-appended form (``DIRECT.GET.<s>.<subject>``).
-    ``max_seq`` bounds reads to committed data (0: no bound).
+    ``max_seq`` bounds reads to committed data (0: no bound). ``file_store``: the stream has
+    file storage, whose multi-last reads nats-server answers differently (``_multi``).
     """
     req: MsgGetRequest | None
     if subject_key is not None:
@@ -94,7 +97,7 @@ def direct_get(
     up_to_seq = req.up_to_seq or 0
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
     if multi:
-        return _multi(name, store, multi, seq, up_to_seq, up_to_time, batch, max_bytes, max_seq)
+        return _multi(name, store, multi, seq, up_to_seq, up_to_time, batch, max_bytes, max_seq, file_store)
     return list(
         _single_or_batch(name, store, req, seq, last_for, next_for, batch, start_time, max_bytes, max_seq)
     )
@@ -165,7 +168,8 @@ def _single_or_batch(
 
 
 def _valid_filter(subject: str) -> bool:
-    return bool(subject) and ".." not in subject and not subject.startswith(".") and not subject.endswith(".")
+    # nats-server finds nothing for a filter that is not a valid subject (">.a", "a..b").
+    return is_valid_subject(subject)
 
 
 def _multi(
@@ -178,6 +182,7 @@ def _multi(
     batch: int,
     max_bytes: int,
     max_seq: int,
+    file_store: bool,
 ) -> list[Frame]:
     ceiling = max_seq or store.last_seq
     if up_to_time is not None:
@@ -185,6 +190,10 @@ def _multi(
         if up <= store.first_seq:
             return [NO_RESULTS]
         up_to_seq = up - 1
+    if file_store and up_to_seq and not store.first_seq <= up_to_seq <= store.last_seq:
+        # nats-server's file store finds no block for a ceiling outside the stored range
+        # (its memory store clamps it instead).
+        return [NO_RESULTS]
     if up_to_seq == 0 or up_to_seq > ceiling:
         up_to_seq = min(up_to_seq or ceiling, ceiling)
     seqs: set[int] = set()

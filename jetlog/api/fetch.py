@@ -34,6 +34,7 @@ from jetlog.log.rawread import read_runs, runs_from_messages
 from jetlog.log.store import MsgStore
 from jetlog.wire import columnar, rawframe
 from jetlog.wire import headers as H
+from jetlog.wire.subjects import subject_bytes
 
 FETCH_PREFIX = "$JETLOG.API.FETCH."
 OFFSETS_SUBJECT = "$JETLOG.API.OFFSETS"
@@ -92,7 +93,7 @@ def committed_hw(stream: Any) -> int:
     Single node: fsynced and acknowledged (the store's committed sequence). The cluster turns
     this into the replicated high-water mark; every committed read goes through here.
     """
-    return int(stream.store.committed_seq)
+    return int(stream.committed_seq)
 
 
 def bad_request(detail: str) -> Frame:
@@ -107,7 +108,7 @@ def decode_fetch(body: bytes) -> FetchRequest | str:
         return FetchRequest()
     try:
         req = _fetch_decoder.decode(body)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # msgspec: invalid UTF-8 in a string
         return f"invalid request: {e}"
     if req.start < 1:
         return "start must be >= 1"
@@ -148,7 +149,7 @@ def fetch(name: str, store: MsgStore, hw: int, req: FetchRequest, max_payload: i
     limit = req.max_msgs or (1 << 62)
     next_seq = max(start, 1)
     for m in store.iter_range(start, stop - 1):
-        subj = m.subject.encode()
+        subj = subject_bytes(m.subject)
         pairs = _split_headers(m.hdr) if hdrs is not None else None
         size = columnar.ROW_OVERHEAD + len(subj) + len(m.data)
         if pairs is not None:
@@ -203,7 +204,7 @@ def decode_offsets(body: bytes) -> OffsetsRequest | str:
     """The offsets request, or the reason it is refused."""
     try:
         return _offsets_decoder.decode(body)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # msgspec: invalid UTF-8 in a string
         return f"invalid request: {e}"
 
 

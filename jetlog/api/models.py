@@ -360,7 +360,9 @@ def _decode(cls: type[T], body: bytes, strict: bool, stream: bool) -> T:
         # Escapes go to the exact path: Go compares enum bytes raw and replaces bad surrogates.
         try:
             obj = _fast_decoder(cls).decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            # msgspec raises UnicodeDecodeError for invalid UTF-8 in an unknown member's name;
+            # the exact path reports what Go reports for it.
             pass
         else:
             if _fast_ok(obj, body):

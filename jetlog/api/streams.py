@@ -1,5 +1,6 @@
 """Stream endpoints: ``$JS.API.INFO``, ``STREAM.CREATE/UPDATE/INFO/DELETE/PURGE/NAMES/LIST``,
-``STREAM.MSG.GET/DELETE`` and the clustered-only stream subjects answered as a single server.
+``STREAM.MSG.GET/DELETE``, the clustered-only stream subjects answered as a single server, and
+the refusals of :mod:`jetlog.api.unsupported` (snapshot, restore, cancel move).
 
 Validation order follows nats-server (spec §3.2, §3.4, §6) because it decides which error a
 client sees. Responses are built in nats-server's key order.
@@ -14,13 +15,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jetlog.api import models as M
+from jetlog.api import unsupported
 from jetlog.errors import ApiError, E, JetlogError
+from jetlog.observe import advisory
 from jetlog.stream import config as C
+from jetlog.wire.subjects import is_valid_subject, printable_subject
 from jetlog.wire.timefmt import format_time
 
 if TYPE_CHECKING:
-    from jetlog.api.router import ApiRouter
-    from jetlog.node import Node
+    from jetlog.api.host import ApiHost, ApiReplies
     from jetlog.stream.stream import Stream
 
 log = logging.getLogger("jetlog.api")
@@ -36,12 +39,19 @@ _wants_json = M.is_json_object_or_array
 class StreamApi:
     """Handlers for the stream-level API."""
 
-    def __init__(self, node: Node, router: ApiRouter) -> None:
+    def __init__(self, node: ApiHost, router: ApiReplies) -> None:
         self.node = node
         self.router = router
         # Catalog changes (create/update/delete) are checked and applied under one lock, so
         # two concurrent creates of one name cannot both pass the existence check.
         self._catalog = asyncio.Lock()
+        self.cluster_info: Any = None
+        """Cluster: ``cluster_info(name) -> dict``, STREAM.INFO's ``cluster`` block."""
+
+    def _cluster_block(self, name: str) -> dict[str, Any]:
+        if self.cluster_info is not None:
+            return dict(self.cluster_info(name))
+        return {"leader": self.node.cfg.name}
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -95,7 +105,7 @@ class StreamApi:
             page = names[offset : offset + SUBJECTS_LIMIT]
             if page:
                 state["num_subjects"] = st.num_subjects
-                state["subjects"] = {n: subjects[n].msgs for n in page}
+                state["subjects"] = {printable_subject(n): subjects[n].msgs for n in page}
             elif st.num_subjects:
                 state["num_subjects"] = st.num_subjects
         elif st.num_subjects:
@@ -118,7 +128,7 @@ class StreamApi:
             "state": state,
         }
         if cluster:
-            info["cluster"] = {"leader": self.node.cfg.name}
+            info["cluster"] = self._cluster_block(stream.name)
         info["ts"] = format_time(time.time_ns())
         return info
 
@@ -153,6 +163,10 @@ class StreamApi:
         if len(rest) != 3:
             return
         name = rest[2]
+        if op in unsupported.STREAM_OPS:
+            exists = bool(self.node.streams and self.node.streams.get(name) is not None)
+            self.router.reply_json(reply, unsupported.stream_op(op, name, data, too_new, exists), error=True)
+            return
         if op == "CREATE":
             self.router.spawn(self._create(name, reply, data, too_new), "STREAM.CREATE")
         elif op == "UPDATE":
@@ -168,18 +182,23 @@ class StreamApi:
         """Answer at once when the stream has nothing in flight, else after the commit in
         progress, so reads reflect exactly the durable state."""
         stream = self.node.streams.get(name) if self.node.streams else None
-        if stream is None or stream.store.committed_seq >= stream.store.last_seq:
+        if stream is None or stream.committed_seq >= stream.store.last_seq:
             answer()
             return
 
         async def later() -> None:
             try:
-                await stream.store.flush()
+                await stream.wait_committed()
             except JetlogError as e:
                 log.error("stream %s: flush before %s failed: %s", name, what, e)
             answer()
 
         self.router.spawn(later(), what)
+
+    def advise(self, name: str, action: str) -> None:
+        """The stream action advisory (``create``/``modify``/``delete``), sent before the reply
+        as nats-server does."""
+        advisory.stream_action(self.node.leaf, name, action, self.node.cfg.api.domain)
 
     # ---- account ---------------------------------------------------------------------------
 
@@ -254,6 +273,7 @@ class StreamApi:
         except JetlogError as e:
             self._err(reply, rtype, e)
             return
+        self.advise(name, "create")
         body = {"type": T + rtype, **self.info_dict(stream, cluster=False), "did_create": True}
         self._ok(reply, body)
 
@@ -277,10 +297,11 @@ class StreamApi:
             if mgr.overlaps(list(cfg.subjects or ()), exclude=name):
                 raise E.STREAM_SUBJECT_OVERLAP()
             await mgr.update(stream, cfg)
-            await stream.store.flush()
+            await stream.sync()
         except JetlogError as e:
             self._err(reply, rtype, e)
             return
+        self.advise(name, "modify")
         self._ok(reply, {"type": T + rtype, **self.info_dict(stream, cluster=False)})
 
     async def _delete(self, name: str, reply: str | None, data: bytes, too_new: bool) -> None:
@@ -301,6 +322,7 @@ class StreamApi:
         except JetlogError as e:
             self._err(reply, rtype, e, success=False)
             return
+        self.advise(name, "delete")
         self._ok(reply, {"type": T + rtype, "success": True})
 
     # ---- info / names / list ---------------------------------------------------------------
@@ -332,7 +354,7 @@ class StreamApi:
             "config": self.config_dict(stream.config),
             "created": format_time(stream.created),
             "state": state,
-            "cluster": {"leader": self.node.cfg.name},
+            "cluster": self._cluster_block(stream.name),
             "ts": format_time(time.time_ns()),
         }
         self._ok(reply, body)
@@ -379,13 +401,13 @@ class StreamApi:
             req = (
                 M.decode_request(M.StreamPurgeRequest, data) if _wants_json(data) else M.StreamPurgeRequest()
             )
+            if req.seq and req.keep:  # checked before the stream lookup, as nats-server does
+                raise E.BAD_REQUEST()
             stream = self.node.streams.get(name) if self.node.streams else None
             if stream is None:
                 raise E.STREAM_NOT_FOUND()
-            if req.seq and req.keep:
-                raise E.BAD_REQUEST()
             purged = stream.purge(req.filter or None, req.seq or 0, req.keep or 0)
-            await stream.store.flush()
+            await stream.sync()
         except JetlogError as e:
             self._err(reply, rtype, e, purged=0)
             return
@@ -414,13 +436,14 @@ class StreamApi:
             elif next_for:
                 m = store.load_next(seq, next_for)
             else:
-                m = store.load_last(last_for) if last_for else None
+                # nats-server finds nothing for a filter that is not a valid subject (">.a").
+                m = store.load_last(last_for) if last_for and is_valid_subject(last_for) else None
             if m is None:
                 raise E.NO_MESSAGE_FOUND()
         except JetlogError as e:
             self._err(reply, rtype, e)
             return
-        message: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
+        message: dict[str, Any] = {"subject": printable_subject(m.subject), "seq": m.seq}
         if m.hdr and not req.no_hdr:
             message["hdrs"] = base64.b64encode(m.hdr).decode()
         if m.data:
@@ -442,7 +465,7 @@ class StreamApi:
             if stream is None:
                 raise E.STREAM_NOT_FOUND()
             stream.delete_msg(req.seq or 0, erase=not req.no_erase)
-            await stream.store.flush()
+            await stream.sync()
         except JetlogError as e:
             self._err(reply, rtype, e)
             return

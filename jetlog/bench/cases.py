@@ -15,11 +15,34 @@ from nats.js import JetStreamContext
 
 @dataclass
 class Result:
-    """One measurement."""
+    """One measurement. ``cpu_us``: server-side CPU µs per operation over the timed window."""
 
     rate: float
     p50_us: float = 0.0
     p99_us: float = 0.0
+    cpu_us: float = 0.0
+
+
+def _no_cpu() -> float:
+    return 0.0
+
+
+SERVER_CPU: Callable[[], float] = _no_cpu
+"""Server-side CPU seconds so far (the runner points it at the running target's processes)."""
+
+
+class Window:
+    """The timed part of a case: wall time and the server CPU spent in it."""
+
+    def __init__(self) -> None:
+        self.c0 = SERVER_CPU()
+        self.t0 = time.perf_counter()
+
+    def result(self, ops: int, p50: float = 0.0, p99: float = 0.0) -> Result:
+        """Rate and CPU per op of ``ops`` operations since the window opened."""
+        el = time.perf_counter() - self.t0
+        cpu = SERVER_CPU() - self.c0
+        return Result(ops / el, p50, p99, cpu / ops * 1e6 if ops else 0.0)
 
 
 Case = Callable[[nats.NATS, JetStreamContext, str, bool], Awaitable[Result]]
@@ -32,7 +55,12 @@ def _pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+REPLICAS = 1
+"""Replicas of every stream a case creates (the runner sets it per target)."""
+
+
 async def _stream(js: JetStreamContext, name: str, **kw: object) -> None:
+    kw.setdefault("num_replicas", REPLICAS)
     await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], **kw)  # type: ignore[arg-type]
 
 
@@ -45,13 +73,24 @@ async def pub_sync(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, 
     for _ in range(50):
         await js.publish(subj, payload)
     lat = []
-    t0 = time.perf_counter()
+    w = Window()
     for _ in range(n):
         a = time.perf_counter()
         await js.publish(subj, payload)
         lat.append((time.perf_counter() - a) * 1e6)
-    el = time.perf_counter() - t0
-    return Result(n / el, _pct(lat, 0.5), _pct(lat, 0.99))
+    return w.result(n, _pct(lat, 0.5), _pct(lat, 0.99))
+
+
+async def _completed(ajs: JetStreamContext, timeout: float = 120.0) -> None:
+    """Wait for every outstanding PubAck. nats-py never resolves the future of a publish
+    answered with a 503 (its reply handler raises instead), so an error reply would otherwise
+    hang the benchmark: fail loudly after ``timeout`` instead."""
+    try:
+        await asyncio.wait_for(ajs.publish_async_completed(), timeout)
+    except TimeoutError:
+        raise RuntimeError(
+            f"PubAcks still outstanding after {timeout:.0f}s (an error reply? see the log above)"
+        ) from None
 
 
 async def pub_async(
@@ -63,12 +102,11 @@ async def pub_async(
     payload = b"x" * size
     n = 5000 if quick else (50000 if size <= 1024 else 15000)
     subj = f"{name.lower()}.a"
-    t0 = time.perf_counter()
+    w = Window()
     for _ in range(n):
         await ajs.publish_async(subj, payload)
-    await ajs.publish_async_completed()
-    el = time.perf_counter() - t0
-    return Result(n / el)
+    await _completed(ajs)
+    return w.result(n)
 
 
 async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, size: int = 128) -> Result:
@@ -77,7 +115,7 @@ async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, 
     payload = b"x" * size
     n = 20000 if quick else 200000
     subj = f"{name.lower()}.f"
-    t0 = time.perf_counter()
+    w = Window()
     for i in range(n):
         await nc.publish(subj, payload)
         if i % 5000 == 4999:
@@ -89,8 +127,7 @@ async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, 
         if info.state.messages >= n or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.01)
-    el = time.perf_counter() - t0
-    return Result(info.state.messages / el)
+    return w.result(info.state.messages)
 
 
 async def _prefill(nc: nats.NATS, js: JetStreamContext, name: str, n: int, direct: bool) -> None:
@@ -98,7 +135,7 @@ async def _prefill(nc: nats.NATS, js: JetStreamContext, name: str, n: int, direc
     ajs = nc.jetstream(publish_async_max_pending=512)
     for i in range(n):
         await ajs.publish_async(f"{name.lower()}.k{i % 100}", b"v" * 128)
-    await ajs.publish_async_completed()
+    await _completed(ajs)
 
 
 async def _random_gets(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, direct: bool) -> Result:
@@ -107,13 +144,12 @@ async def _random_gets(nc: nats.NATS, js: JetStreamContext, name: str, quick: bo
     rng = random.Random(2 if direct else 1)
     n = 300 if quick else 3000
     lat = []
-    t0 = time.perf_counter()
+    w = Window()
     for _ in range(n):
         a = time.perf_counter()
         await js.get_msg(name, rng.randint(1, n_msgs), direct=direct)
         lat.append((time.perf_counter() - a) * 1e6)
-    el = time.perf_counter() - t0
-    return Result(n / el, _pct(lat, 0.5), _pct(lat, 0.99))
+    return w.result(n, _pct(lat, 0.5), _pct(lat, 0.99))
 
 
 async def msg_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
@@ -131,7 +167,7 @@ async def _consumer_fill(nc: nats.NATS, js: JetStreamContext, name: str, n: int)
     ajs = nc.jetstream(publish_async_max_pending=512)
     for _ in range(n):
         await ajs.publish_async(f"{name.lower()}.x", b"v" * 128)
-    await ajs.publish_async_completed()
+    await _completed(ajs)
 
 
 async def fetch_batches(
@@ -150,7 +186,7 @@ async def fetch_batches(
     await js.add_consumer(name, ConsumerConfig(durable_name="bench", ack_policy=policy, max_ack_pending=-1))
     psub = await js.pull_subscribe_bind("bench", name)
     got = 0
-    t0 = time.perf_counter()
+    w = Window()
     while got < n:
         msgs = await psub.fetch(1000, timeout=10)
         got += len(msgs)
@@ -160,7 +196,7 @@ async def fetch_batches(
         elif ack == "all" and msgs:
             await msgs[-1].ack()
     await nc.flush()
-    return Result(got / (time.perf_counter() - t0))
+    return w.result(got)
 
 
 async def push_rate(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
@@ -178,7 +214,7 @@ async def push_rate(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool)
         if count >= n and not done.done():
             done.set_result(None)
 
-    t0 = time.perf_counter()
+    w = Window()
     sub = await js.subscribe(
         f"{name.lower()}.x",
         cb=cb,
@@ -187,9 +223,9 @@ async def push_rate(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool)
         pending_bytes_limit=-1,
     )
     await asyncio.wait_for(done, 120)
-    el = time.perf_counter() - t0
+    r = w.result(count)
     await sub.unsubscribe()
-    return Result(count / el)
+    return r
 
 
 def all_cases() -> dict[str, Case]:

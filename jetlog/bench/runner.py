@@ -17,6 +17,7 @@ from typing import Any
 
 import nats
 
+from jetlog.bench import cases as case_mod
 from jetlog.bench import targets
 from jetlog.bench.cases import Result, all_cases
 
@@ -75,17 +76,21 @@ async def run_bench(args: argparse.Namespace) -> int:
     kinds = ["jetlog", "nats"]
     if getattr(args, "full", False):
         kinds += ["jetlog-interval", "nats-sync"]
+    if getattr(args, "cluster", False):
+        kinds = ["jetlog-r3", "nats-r3", "jetlog"]
     results: dict[str, dict[str, list[Result]]] = {c: {k: [] for k in kinds} for c in cases}
     for rnd in range(args.rounds):
         order = kinds if rnd % 2 == 0 else list(reversed(kinds))
         for kind in order:
             env = await targets.start(kind)
+            case_mod.REPLICAS = env.replicas
+            case_mod.SERVER_CPU = env.cpu_seconds
             try:
                 for cname, case in cases.items():
                     r = await _run_case(env.url, cname, case, args.quick)
                     results[cname][kind].append(r)
                     print(
-                        f"round {rnd + 1} {kind:16} {cname:24} {r.rate:10.0f}/s"
+                        f"round {rnd + 1} {kind:16} {cname:24} {r.rate:10.0f}/s  server CPU {r.cpu_us:7.1f}us/op"
                         + (f"  p50 {r.p50_us:.0f}us p99 {r.p99_us:.0f}us" if r.p50_us else ""),
                         file=sys.stderr,
                         flush=True,
@@ -93,26 +98,52 @@ async def run_bench(args: argparse.Namespace) -> int:
             finally:
                 await env.stop()
     report = _report(results, kinds, args)
+    if getattr(args, "cluster", False):
+        from jetlog.bench.cluster import cluster_extras
+
+        report = report.replace(
+            "# Benchmarks: jetlog vs nats-server -js", "## Cluster: jetlog R3 vs nats-server -js R3"
+        ).replace(REPRODUCE, REPRODUCE_CLUSTER)
+        report += await cluster_extras(args)
     print(report)
     if args.out:
-        report += _kept_notes(args.out)
-        with open(args.out, "w") as f:
-            f.write(report)
+        write_report(args.out, report, cluster=getattr(args, "cluster", False))
     return 0
 
 
-KEEP_MARKER = "<!-- kept across runs -->"
+CLUSTER_START, CLUSTER_END = "<!-- cluster:start -->", "<!-- cluster:end -->"
 
 
-def _kept_notes(path: str) -> str:
-    """Hand-written notes after ``KEEP_MARKER`` in an existing report survive a re-run."""
+def write_report(path: str, report: str, *, cluster: bool) -> None:
+    """Write ``report`` into ``path``: the single-node report replaces the top of the file, the
+    cluster report its own marked section; the other part and the hand-written notes after
+    ``KEEP_MARKER`` survive."""
     try:
         with open(path) as f:
             old = f.read()
     except FileNotFoundError:
-        return ""
-    i = old.find(KEEP_MARKER)
-    return "\n" + old[i:] if i >= 0 else ""
+        old = ""
+    k = old.find(KEEP_MARKER)
+    notes = old[k:] if k >= 0 else ""
+    body = old[:k] if k >= 0 else old
+    a, b = body.find(CLUSTER_START), body.find(CLUSTER_END)
+    section = body[a : b + len(CLUSTER_END)] if a >= 0 and b > a else ""
+    main = body[:a] if a >= 0 else body
+    if cluster:
+        section = f"{CLUSTER_START}\n{report}{CLUSTER_END}"
+    else:
+        main = report
+    out = main.rstrip("\n") + "\n\n" + (section + "\n\n" if section else "") + notes
+    with open(path, "w") as f:
+        f.write(out.rstrip("\n") + "\n")
+
+
+KEEP_MARKER = "<!-- kept across runs -->"
+REPRODUCE = "Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --out docs/benchmarks.md`)."
+REPRODUCE_CLUSTER = (
+    "Reproduce: `.venv/bin/jetlog bench --cluster --rounds 3 --only "
+    '"pub-sync,pub-async,fetch(1000)" --failover-reps 10 --out docs/benchmarks.md`.'
+)
 
 
 def _med(rs: list[Result], attr: str) -> float:
@@ -131,10 +162,14 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         "",
         "Same nats-py client, same machine, each target started fresh. jetlog fsyncs every",
         "group commit before acknowledging (`fsync = always`); nats-server -js acknowledges",
-        "before its periodic fsync (default `sync_interval` 2 min).",
+        "before its periodic fsync (default `sync_interval` 2 min). Server CPU: user + system",
+        "time of every server-side process (nats-server(s), jetlog node(s) and their fsync",
+        "helpers) over each case's timed window, per operation.",
         "",
     ]
     ratios = [("jetlog", "nats", "jetlog / nats")]
+    if "jetlog-r3" in kinds:
+        ratios = [("jetlog-r3", "nats-r3", "jetlog R3 / nats R3"), ("jetlog-r3", "jetlog", "jetlog R3 / R1")]
     if "nats-sync" in kinds:
         ratios.append(("jetlog", "nats-sync", "jetlog / nats-sync (both fsync)"))
     if "jetlog-interval" in kinds:
@@ -144,22 +179,25 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         + " | ".join(f"{k} (ops/s)" for k in kinds)
         + " | "
         + " | ".join(r[2] for r in ratios)
-        + " | p50 µs jetlog / nats |"
+        + f" | p50 µs {ratios[0][0]} / {ratios[0][1]} | server CPU µs/op {ratios[0][0]} / {ratios[0][1]} |"
     )
     lines.append(header)
-    lines.append("|" + "---|" * (len(kinds) + len(ratios) + 2))
+    lines.append("|" + "---|" * (len(kinds) + len(ratios) + 3))
     for cname, per in results.items():
         med = {k: _med(per[k], "rate") for k in kinds}
         cells = [f"{med[x] / med[y]:.2f}" if med[y] else "–" for x, y, _ in ratios]
-        p50j, p50n = _med(per["jetlog"], "p50_us"), _med(per["nats"], "p50_us")
+        a, b = ratios[0][0], ratios[0][1]
+        p50j, p50n = _med(per[a], "p50_us"), _med(per[b], "p50_us")
         lat = f"{p50j:.0f} / {p50n:.0f} ({p50j / p50n:.2f}x)" if p50n else "–"
+        cpuj, cpun = _med(per[a], "cpu_us"), _med(per[b], "cpu_us")
+        cpu = f"{cpuj:.1f} / {cpun:.1f} ({cpuj / cpun:.1f}x)" if cpun else "–"
         lines.append(
             f"| {cname} | "
             + " | ".join(f"{med[k]:,.0f}" for k in kinds)
             + " | "
             + " | ".join(cells)
-            + f" | {lat} |"
+            + f" | {lat} | {cpu} |"
         )
     lines.append("")
-    lines.append("Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --out docs/benchmarks.md`).")
+    lines.append(REPRODUCE)
     return "\n".join(lines) + "\n"

@@ -7,6 +7,10 @@
   sync interval is 2 minutes).
 * ``nats-sync``: ``nats-server -js`` with ``sync_interval: always`` (fsync per write), the
   durability jetlog gives by default.
+* ``jetlog-r3``: one nats-server and a 3-node jetlog cluster (three processes), streams R3
+  (``--default-replicas 3``).
+* ``nats-r3``: a 3-server ``nats-server -js`` cluster (routes), streams R3; the client connects
+  to one of the servers.
 """
 
 from __future__ import annotations
@@ -15,11 +19,32 @@ import asyncio
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
+import nats
+
+from jetlog.devcluster import LocalCluster, free_port, serve_argv
 from jetlog.embedded import NatsServer
+
+
+def nats_cluster(tmp: str, n: int = 3) -> list[NatsServer]:
+    """``n`` nats-server -js processes forming one cluster (not started). Fixed ports so a
+    server can be restarted into the same cluster."""
+    ports = [free_port() for _ in range(n)]
+    routes = ",".join(f"nats-route://127.0.0.1:{p}" for p in ports)
+    return [
+        NatsServer(
+            jetstream=True,
+            leafnode=False,
+            store_dir=os.path.join(tmp, f"js{i}"),
+            name=f"s{i}",
+            client_port=free_port(),
+            extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}",
+        )
+        for i, p in enumerate(ports)
+    ]
 
 
 @dataclass
@@ -32,8 +57,32 @@ class Env:
     proc: asyncio.subprocess.Process | None = None
     tmp: str = ""
     _drain: list[asyncio.Task[None]] = field(default_factory=list)
+    extra: Any = None
+    """Cluster targets: the ``LocalCluster`` (jetlog-r3) or the other servers (nats-r3)."""
+    replicas: int = 1
+
+    def pids(self) -> list[int]:
+        """Every server-side process: the nats-server(s) and the jetlog node(s) (their fsync
+        helpers are found as descendants)."""
+        out = [p.pid for p in (self.srv.proc, self.proc) if p is not None]
+        if isinstance(self.extra, LocalCluster):
+            out += [m.proc.pid for m in self.extra.members.values() if m.proc is not None]
+        elif isinstance(self.extra, list):
+            out += [s.proc.pid for s in self.extra if s.proc is not None]
+        return out
+
+    def cpu_seconds(self) -> float:
+        """Server-side CPU seconds used so far."""
+        from jetlog.bench.cpu import tree_seconds
+
+        return tree_seconds(self.pids())
 
     async def stop(self) -> None:
+        if isinstance(self.extra, LocalCluster):
+            await self.extra.stop()
+        elif isinstance(self.extra, list):
+            for s in self.extra:
+                await s.stop()
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.terminate()
@@ -54,9 +103,53 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
+async def r3_ready(url: str, timeout: float) -> None:
+    """Wait until the nats-server cluster has a meta leader and can place an R3 stream: its
+    routes form and its Raft elects a few seconds after the processes are up, and a case that
+    starts earlier times out on its first ``add_stream``."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream(timeout=2)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await js.add_stream(name="BENCHPROBE", subjects=["benchprobe"], num_replicas=3)
+                await js.delete_stream("BENCHPROBE")
+                return
+            except nats.errors.Error as e:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RuntimeError(f"nats-server cluster not ready after {timeout:.0f}s: {e!r}") from e
+                await asyncio.sleep(0.25)
+    finally:
+        await nc.close()
+
+
 async def start(kind: str) -> Env:
     """Start a fresh target of the given kind (fresh data directories)."""
     tmp = tempfile.mkdtemp(prefix=f"jetlog-bench-{kind}-")
+    if kind == "jetlog-r3":
+        srv = NatsServer(leafnode=True)
+        await srv.start()
+        cluster = LocalCluster(
+            os.path.join(tmp, "c"),
+            3,
+            nats_url=srv.url,
+            leaf_url=srv.leaf_url,
+            extra_args=["--default-replicas", "3"],
+            log_level="warning",
+        )
+        await cluster.start(timeout=120)
+        return Env(kind, srv.url, srv, tmp=tmp, extra=cluster, replicas=3)
+    if kind == "nats-r3":
+        servers = nats_cluster(tmp)
+        await asyncio.gather(*(s.start() for s in servers))
+        r3 = Env(kind, servers[0].url, servers[0], tmp=tmp, extra=servers[1:], replicas=3)
+        try:
+            await r3_ready(r3.url, 60)
+        except BaseException:
+            await r3.stop()
+            raise
+        return r3
     if kind in ("nats", "nats-sync"):
         sync = "\n  sync_interval: always" if kind == "nats-sync" else ""
         conf = f'jetstream {{\n  store_dir: "{tmp}/js"{sync}\n}}'
@@ -65,20 +158,7 @@ async def start(kind: str) -> Env:
         return Env(kind, srv.url, srv, tmp=tmp)
     srv = NatsServer(leafnode=True)
     await srv.start()
-    args = [
-        sys.executable,
-        "-m",
-        "jetlog",
-        "serve",
-        "--nats-url",
-        srv.url,
-        "--leafnode-url",
-        srv.leaf_url,
-        "--data-dir",
-        os.path.join(tmp, "data"),
-        "--log-level",
-        "warning",
-    ]
+    args = serve_argv(srv.url, srv.leaf_url, os.path.join(tmp, "data"), "warning")
     env = dict(os.environ)
     if kind == "jetlog-interval":
         cfg = os.path.join(tmp, "jetlog.toml")

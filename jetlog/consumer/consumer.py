@@ -12,26 +12,23 @@ leaves on the leaf link, so they arrive in the order sent.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jetlog.consumer import frames as F
+from jetlog.consumer.delivery import FULL_QUEUE_PRUNE_EVERY, ConsumerDelivery
 from jetlog.consumer.policy import ConsumerPolicy
-from jetlog.consumer.pull import Waiting, WaitQueue
-from jetlog.consumer.state import ACK_NONE, ConsumerState
+from jetlog.consumer.pull import YOUNG_REQUEST, Waiting
+from jetlog.consumer.state import ACK_NONE
 from jetlog.log.store import StoredMsg
-
-if TYPE_CHECKING:
-    from jetlog.consumer.manager import ConsumerSet
+from jetlog.wire.subjects import matches
 
 log = logging.getLogger("jetlog.consumer")
 
 PASS_BUDGET = 256
-FC_WINDOW_START = 2 * 1024 * 1024
 FC_WINDOW_MAX = 32 * 1024 * 1024
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -40,68 +37,9 @@ def _rand4() -> str:
     return "".join(_B62[b % 62] for b in os.urandom(4))
 
 
-class Consumer:
-    """A consumer of one stream (see module docstring)."""
-
-    def __init__(
-        self,
-        host: ConsumerSet,
-        name: str,
-        config: Any,
-        created: int,
-        state: ConsumerState,
-        cid: int = 0,
-        paused_until: int = 0,
-    ) -> None:
-        self.host = host
-        self.name = name
-        self.config = config
-        self.created = created
-        self.state = state
-        self.cid = cid  # id in the stream's consumer-state log (0: not persisted)
-        self.paused_until = paused_until
-        self.p = ConsumerPolicy.of(config)
-        self.closed = False
-        self.waiting = WaitQueue()
-        self._rdq: list[int] = []  # redelivery queue (heap of stream seqs)
-        self._rdq_set: set[int] = set()
-        self._skip: list[int] = []  # last_per_subject start: sequences to deliver first
-        self._resume = 0  # after the skip list, continue from here
-        self._scheduled = False
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._ack_deadline = 0
-        self._hb_timer: asyncio.TimerHandle | None = None
-        self._inactive_timer: asyncio.TimerHandle | None = None
-        self._pause_timer: asyncio.TimerHandle | None = None
-        self._last_activity = time.time_ns()
-        self._last_push_send = 0
-        self.active = False  # push: the deliver subject has interest
-        # Flow control (push): bytes sent since the last FC request, window, outstanding FC.
-        self._fc_window = FC_WINDOW_START
-        self._fc_sent = 0
-        self._fc_pending = ""
-        # Rate limit (push): token bucket in bytes.
-        self._tokens = 0.0
-        self._tokens_at = time.monotonic()
-        self._replay_last_ts = 0
-        self._replay_until = 0
-        self.max_deliveries_notified: set[int] = set()
-
-    # ---- identity / helpers ----------------------------------------------------------------
-
-    @property
-    def stream(self) -> Any:
-        return self.host.stream
-
-    @property
-    def store(self) -> Any:
-        return self.host.stream.store
-
-    def _now(self) -> int:
-        return time.time_ns()
-
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
+class Consumer(ConsumerDelivery):
+    """A consumer of one stream (see module docstring); its state and delivery mechanics are in
+    :class:`~jetlog.consumer.delivery.ConsumerDelivery`."""
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -206,6 +144,19 @@ class Consumer:
             return
         now = self._now()
         if self.paused_until > now:
+            if not self.p.push:
+                # nats-server ends no_wait requests whenever nothing can be delivered, a
+                # pause included.
+                self._end_no_wait(nothing_deliverable=True)
+            return
+        if not self.host.leaf.connected:
+            # Deliveries wait for the leaf link (the consumer set kicks every consumer when it
+            # is back) instead of filling its disconnected buffer with frames that may be lost.
+            return
+        if self.host.stream.deliveries_held():
+            # A leader that may have been deposed (paused, cut off) must not redeliver from
+            # its stale state what the real leader has seen acknowledged; the replication
+            # side kicks every consumer when the hold lifts.
             return
         try:
             more = self._push_pass(now) if self.p.push else self._pull_pass(now)
@@ -214,126 +165,6 @@ class Consumer:
             return
         if more:
             self.kick()
-
-    # ---- choosing messages ------------------------------------------------------------------
-
-    def _new_start(self) -> int:
-        return max(self.state.sseq + 1, self._resume) if not self._skip else self._skip[0]
-
-    def _peek(self) -> tuple[StoredMsg | None, bool, bool]:
-        """The next message to deliver: ``(msg, is_redelivery, blocked_by_ack_pending)``."""
-        store = self.store
-        while self._rdq:
-            s = self._rdq[0]
-            if s not in self.state.pending:
-                self._pop_rdq()
-                continue
-            dc = self.state.delivery_count(s) + 1
-            if self.p.max_deliver and dc > self.p.max_deliver:
-                self._pop_rdq()
-                self._max_delivered(s, dc - 1)
-                continue
-            m = store.load(s)
-            if m is None:
-                # Removed from the stream while pending (limits, delete, purge).
-                self._pop_rdq()
-                self.state.forget(s)
-                self._log("forget", s)
-                continue
-            return m, True, False
-        st = self.state
-        if (
-            self.p.ack_policy != ACK_NONE
-            and self.p.max_ack_pending
-            and len(st.pending) >= self.p.max_ack_pending
-        ):
-            return None, False, True
-        committed = store.committed_seq
-        if self._skip:
-            while self._skip:
-                s = self._skip[0]
-                if s > committed:
-                    return None, False, False
-                m = store.load(s)
-                if m is not None:
-                    return m, False, False
-                self._skip.pop(0)
-            return self._peek()
-        start = max(st.sseq + 1, self._resume)
-        if start > committed:
-            return None, False, False
-        fs = self.p.filters
-        if not fs:
-            return store.load_next(start, None, committed), False, False
-        if len(fs) == 1:
-            return store.load_next(start, fs[0], committed), False, False
-        best = 0
-        for f in fs:
-            q = store.next_seq(start, f, committed)
-            if q and (not best or q < best):
-                best = q
-        return (store.load(best) if best else None), False, False
-
-    def _pop_rdq(self) -> None:
-        s = heapq.heappop(self._rdq)
-        self._rdq_set.discard(s)
-
-    def _queue_redelivery(self, s: int) -> None:
-        if s not in self._rdq_set:
-            self._rdq_set.add(s)
-            heapq.heappush(self._rdq, s)
-
-    def num_pending(self) -> int:
-        """Messages matching the filter that were never delivered (spec §3.2)."""
-        store = self.store
-        n = 0
-        if self._skip:
-            n += len(self._skip)
-            start = self._resume
-        else:
-            start = max(self.state.sseq + 1, self._resume)
-        if start > store.last_seq:
-            return n
-        fs = self.p.filters
-        if not fs:
-            return n + store.num_pending(start, None)
-        return n + sum(store.num_pending(start, f) for f in fs)
-
-    # ---- sending ---------------------------------------------------------------------------
-
-    def _prepare(self, m: StoredMsg, redelivery: bool, pending: int) -> tuple[bytes, bytes, bytes, int]:
-        """The frame a delivery of ``m`` would send now: (ack subject, header block, payload,
-        accounted size = subject + ack subject + headers + payload, spec §6.5)."""
-        st = self.state
-        dc = st.delivery_count(m.seq) + 1 if redelivery else 1
-        ack = self.host.ack_prefix(self.name) + b"%d.%d.%d.%d.%d" % (dc, m.seq, st.dseq + 1, m.ts, pending)
-        hdr, data = m.hdr, m.data
-        if self.p.headers_only:
-            hdr = F.with_msg_size(hdr, len(data))
-            data = b""
-        return ack, hdr, data, len(m.subject) + len(ack) + len(hdr) + len(data)
-
-    def _send(
-        self, m: StoredMsg, ack: bytes, hdr: bytes, data: bytes, target: str, now: int, queue: str
-    ) -> None:
-        """Record the delivery prepared by ``_prepare`` and send it."""
-        st = self.state
-        if self._skip and m.seq == self._skip[0]:
-            self._skip.pop(0)
-        st.deliver(m.seq, now)
-        self._log("deliver", m.seq, now)
-        if self._rdq and self._rdq[0] == m.seq:
-            self._pop_rdq()
-        # The hub delivers with the stream subject after '@' (spec §0.2).
-        reply = ack.decode() + "@" + m.subject
-        self.host.leaf.publish(target, data, reply=reply, hdr=hdr, queues=(queue,) if queue else ())
-        if self.p.ack_policy == ACK_NONE:
-            self.host.on_delivered_none(self, m.seq)
-        elif self._ack_timer is None:
-            self._arm_ack_timer(0)
-
-    def _send_status(self, subject: str, hdr: bytes, reply: str | None = None) -> None:
-        self.host.leaf.publish(subject, b"", reply=reply, hdr=hdr)
 
     # ---- pull ------------------------------------------------------------------------------
 
@@ -352,6 +183,15 @@ class Consumer:
             if not redelivery:
                 pending = max(pending - 1, 0)
             ack, hdr, data, size = self._prepare(m, redelivery, pending)
+            if self._too_large(m, hdr, data):
+                self.waiting.remove(w)
+                self._send_status(
+                    w.reply,
+                    F.pending_status(409, "Message Size Exceeds Max Payload", w.remaining, w.bytes_left),
+                )
+                if not redelivery:
+                    pending += 1
+                continue
             if w.max_bytes and size > w.bytes_left:
                 # The next message does not fit: end the request; the message stays.
                 self.waiting.remove(w)
@@ -379,14 +219,15 @@ class Consumer:
         self._end_no_wait()
         return False
 
-    def _end_no_wait(self) -> None:
+    def _end_no_wait(self, nothing_deliverable: bool = False) -> None:
         """``no_wait`` requests that can get nothing more end with ``404 No Messages`` (or
         linger until their expiry if they got nothing yet and have one, spec §6.2)."""
         if not any(w.no_wait for w in self.waiting):
             return
-        m, _, blocked = self._peek()
-        if m is not None or blocked:
-            return
+        if not nothing_deliverable:
+            m, _, blocked = self._peek()
+            if m is not None or blocked:
+                return
         for w in self.waiting:
             if w.no_wait and (w.delivered > 0 or not w.expires):
                 self.waiting.remove(w)
@@ -402,14 +243,16 @@ class Consumer:
             w.timers.append(loop.call_later(max(0.0, (w.expires - now) / 1e9), self._expire, w))
         if w.heartbeat:
             w.timers.append(loop.call_later(w.heartbeat / 1e9, self._pull_heartbeat, w))
+        w.seen_interest = bool(self.host.leaf.has_interest(w.reply))
+        if not w.seen_interest:
+            w.timers.append(loop.call_later(YOUNG_REQUEST / 1e9, self._recheck_interest, w))
         self.waiting.add(w)
-        if w.no_wait:
-            # Nothing deliverable at all: answer at once rather than on the next pass.
-            m, _, blocked = self._peek()
-            if m is None and not blocked and not w.expires:
-                self.waiting.remove(w)
-                self._send_status(w.reply, F.NO_MESSAGES)
-                return
+        if w.no_wait and not w.expires and not self._rdq and not self.num_pending():
+            # nats-server: nothing left to deliver or redeliver answers at once, even while
+            # max_ack_pending holds the consumer (a request that could get something waits).
+            self.waiting.remove(w)
+            self._send_status(w.reply, F.NO_MESSAGES)
+            return
         self.kick()
 
     def _expire(self, w: Waiting) -> None:
@@ -431,11 +274,57 @@ class Consumer:
             due = now + w.heartbeat
         w.timers.append(self._loop().call_later(max(0.0, (due - now) / 1e9), self._pull_heartbeat, w))
 
-    def drop_requests_without_interest(self) -> None:
-        """The hub withdrew interest: requests whose inbox nobody listens to any more go."""
+    def note_max_waiting(self) -> None:
+        """A pull request was refused (``409 Exceeded MaxWaiting``): say so, at most every
+        10 s, with how many (clients that re-pull at once can send thousands)."""
+        self._refused_full += 1
+        now = self._now()
+        if now - self._refused_logged >= 10_000_000_000:
+            log.warning(
+                "consumer %s > %s: %d pull requests refused, %d waiting (max_waiting %d)",
+                self.stream.name,
+                self.name,
+                self._refused_full,
+                len(self.waiting),
+                self.p.max_waiting,
+            )
+            self._refused_full = 0
+            self._refused_logged = now
+
+    def make_room(self) -> None:
+        """The waiting queue is full: drop requests nobody listens to any more, at most once
+        per :data:`FULL_QUEUE_PRUNE_EVERY`. A prune costs one interest match per waiting
+        request, clients answered ``409 Exceeded MaxWaiting`` pull again at once, and pruning
+        for each of those pulls kept a stream leader's loop busy for good (chaos finding 7:
+        its heartbeats and fetch replies went out a second late, its followers left the ISR).
+        Requests also leave by their own expiry timers and on every interest change."""
+        now = self._now()
+        if now - self._room_pruned < FULL_QUEUE_PRUNE_EVERY:
+            return
+        self._room_pruned = now
+        self.drop_requests_without_interest()
+
+    def drop_requests_without_interest(self, removed: str | None = None) -> None:
+        """The hub withdrew interest: requests whose inbox nobody listens to any more go.
+
+        With ``removed`` (the subscription the hub just dropped) only requests whose inbox it
+        matched are checked, so an unrelated change never drops a request; and a request whose
+        inbox was never seen with interest is kept for a moment (see
+        ``WaitQueue.prune_without_interest``: its ``LS+`` can arrive on the leaf link after the
+        request arrived on the client link)."""
+        if not self.waiting:
+            return
         leaf = self.host.leaf
-        if self.waiting:
-            self.waiting.prune(lambda w: leaf.has_interest(w.reply))
+        now = self._now()
+
+        def has_interest(reply: str) -> bool:
+            return (removed is not None and not matches(removed, reply)) or leaf.has_interest(reply)
+
+        self.waiting.prune_without_interest(has_interest, now)
+
+    def _recheck_interest(self, w: Waiting) -> None:
+        if not w.done and not self.closed and not self.host.leaf.has_interest(w.reply):
+            self.waiting.remove(w)
 
     # ---- push ------------------------------------------------------------------------------
 
@@ -446,16 +335,17 @@ class Consumer:
             return self.p.deliver_group in leaf.queue_groups(subj)
         return bool(leaf.has_interest(subj))
 
-    def on_interest_change(self) -> None:
-        """Re-evaluate push activity / pull inboxes after an LS+/LS- from the hub."""
+    def on_interest_change(self, event: str = "", subject: str = "") -> None:
+        """Re-evaluate push activity, or pull inboxes after the hub dropped ``subject`` (an
+        ``LS-``, ``event`` "-"; an added subscription cannot end a pull request)."""
         if self.p.push:
             was = self.active
             self.active = self._has_push_interest()
             if self.active and not was:
                 self.kick()
             self._arm_inactivity()
-        else:
-            self.drop_requests_without_interest()
+        elif event == "-":
+            self.drop_requests_without_interest(subject)
 
     def _push_pass(self, now: int) -> bool:
         if not self.active:
@@ -479,6 +369,8 @@ class Consumer:
             if not redelivery:
                 pending = max(pending - 1, 0)
             ack, hdr, data, size = self._prepare(m, redelivery, pending)
+            if self._too_large(m, hdr, data):
+                return False
             if p.rate_limit_bps and not self._take_tokens(size):
                 return False
             self._send(m, ack, hdr, data, p.deliver_subject, now, p.deliver_group)
@@ -561,8 +453,11 @@ class Consumer:
             return
         if kind in ("ack", "term"):
             full = p.max_ack_pending and len(st.pending) >= p.max_ack_pending
+            # Counted before the ack forgets the message (the terminated advisory reports it).
+            deliveries = st.delivery_count(sseq) if kind == "term" else 0
             ok, removed = st.ack(sseq, dseq, now)
             if ok:
+                self.acks += 1
                 self._log("ack", sseq, dseq)
             for s in removed:
                 if s in self._rdq_set:
@@ -572,7 +467,7 @@ class Consumer:
             if removed:
                 self.host.on_acked(self, removed)
             if kind == "term":
-                self.host.advisory_terminated(self, sseq, dseq, st.delivery_count(sseq), str(arg or ""))
+                self.host.advisory_terminated(self, sseq, dseq, deliveries, str(arg or ""))
             if reply and ok:
                 self.host.reply_after_sync(self, reply)
             if removed and full:
@@ -580,6 +475,8 @@ class Consumer:
             return
         if kind == "nak":
             r = st.nak(sseq, dseq, now, int(arg or 0), p.ack_wait)
+            if r:
+                self.host.advisory_nak(self, sseq, dseq, st.delivery_count(sseq))
             if r == "now":
                 self._queue_redelivery(sseq)
                 self.kick()
@@ -606,59 +503,7 @@ class Consumer:
         if reply:
             self.host.reply_after_sync(self, reply)
 
-    # ---- ack wait ---------------------------------------------------------------------------
-
-    def _arm_ack_timer(self, delay_ns: int) -> None:
-        if self.closed or self.p.ack_policy == ACK_NONE:
-            return
-        if not self.state.pending:
-            if self._ack_timer is not None:
-                self._ack_timer.cancel()
-                self._ack_timer = None
-            return
-        if delay_ns <= 0:
-            delay_ns = (
-                min(
-                    p.ts + self.p.wait_for(self.state.delivery_count(s))
-                    for s, p in self.state.pending.items()
-                )
-                - self._now()
-            )
-        deadline = self._now() + max(delay_ns, 0) + 1_000_000  # 1 ms slack, as the server
-        if self._ack_timer is not None:
-            if deadline >= self._ack_deadline:
-                return
-            self._ack_timer.cancel()
-        self._ack_deadline = deadline
-        self._ack_timer = self._loop().call_later(
-            max(0.0, (deadline - self._now()) / 1e9), self._check_pending
-        )
-
-    def _check_pending(self) -> None:
-        self._ack_timer = None
-        if self.closed:
-            return
-        st = self.state
-        first = self.store.first_seq
-        for s in [s for s in st.pending if s < first]:
-            st.forget(s)
-            self._log("forget", s)
-        due, nxt = st.expired(self._now(), self.p.wait_for, self._rdq_set)
-        for s in due:
-            self._queue_redelivery(s)
-        if due:
-            self.kick()
-        if st.pending:
-            self._arm_ack_timer(nxt if nxt > 0 else self.p.ack_wait)
-
-    def _max_delivered(self, s: int, deliveries: int) -> None:
-        self.state.drop_max_delivered(s)
-        self._log("drop", s)
-        if s not in self.max_deliveries_notified:
-            self.max_deliveries_notified.add(s)
-            self.host.advisory_max_deliveries(self, s, deliveries)
-
-    # ---- inactivity, pause, persistence -------------------------------------------------------
+    # ---- inactivity, pause -------------------------------------------------------------------
 
     def _touch(self, now: int) -> None:
         self._last_activity = now
@@ -712,22 +557,6 @@ class Consumer:
         self.paused_until = 0
         self.host.advisory_pause(self)
         self.kick()
-
-    def _log(self, what: str, a: int, b: int = 0) -> None:
-        lg = self.host.clog
-        if lg is None or not self.cid:
-            return
-        cid = self.cid
-        if what == "deliver":
-            lg.deliver(cid, a, b)
-        elif what == "ack":
-            lg.ack(cid, a, b)
-        elif what == "drop":
-            lg.drop(cid, a)
-        elif what == "forget":
-            lg.forget(cid, a)
-        elif what == "pause":
-            lg.pause(cid, a)
 
     def on_purge(self, first_seq: int) -> None:
         """The stream was purged: nothing below ``first_seq`` remains."""

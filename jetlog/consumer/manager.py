@@ -24,9 +24,10 @@ from jetlog.consumer.pull import Waiting
 from jetlog.consumer.state import ACK_NONE, ConsumerState
 from jetlog.consumer.store import ConsumerLog
 from jetlog.errors import JetlogError
+from jetlog.observe import advisory
 
 if TYPE_CHECKING:
-    from jetlog.stream.stream import Stream
+    from jetlog.consumer.host import ConsumerStream
 
 log = logging.getLogger("jetlog.consumer")
 
@@ -36,7 +37,7 @@ class ConsumerSet:
 
     def __init__(
         self,
-        stream: Stream,
+        stream: ConsumerStream,
         leaf: Any,
         clog: ConsumerLog | None,
         *,
@@ -59,7 +60,7 @@ class ConsumerSet:
         self._compacting = False
         if clog is not None:
             clog.on_large = self._compact_soon
-        stream.store.add_commit_listener(self.on_commit)
+        stream.add_commit_listener(self.on_commit)
         stream.set_interest_check(self.interested if stream.policy.interest else None)
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -176,16 +177,26 @@ class ConsumerSet:
         if not task.cancelled() and task.exception() is not None:
             log.error("stream %s: consumer task failed", self.stream.name, exc_info=task.exception())
 
-    async def compact(self) -> None:
-        """Rewrite the state log as one snapshot per durable consumer."""
-        if self.clog is None:
-            return
-        live = [
+    def _durable_states(self) -> list[tuple[int, str, bytes, int, ConsumerState, int]]:
+        return [
             (c.cid, c.name, self.encode_config(c.config), c.created, c.state, c.paused_until)
             for c in self.consumers.values()
             if c.cid
         ]
-        await self.clog.compact(live)
+
+    async def compact(self) -> None:
+        """Rewrite the state log as one snapshot per durable consumer."""
+        if self.clog is None:
+            return
+        await self.clog.compact(self._durable_states())
+
+    def image(self) -> tuple[bytes, int]:
+        """The compacted state log of every durable consumer, and the number of records the
+        log had when it was taken (a follower continues from there)."""
+        from jetlog.consumer.store import encode_image
+
+        assert self.clog is not None
+        return encode_image(self._durable_states()), self.clog.appended
 
     # ---- routing ---------------------------------------------------------------------------
 
@@ -207,8 +218,9 @@ class ConsumerSet:
             return
         w.reply = reply
         if c.p.max_waiting and len(c.waiting) >= c.p.max_waiting:
-            c.drop_requests_without_interest()
+            c.make_room()
             if len(c.waiting) >= c.p.max_waiting:
+                c.note_max_waiting()
                 if not w.heartbeat:
                     self.leaf.publish(reply, b"", hdr=F.MAX_WAITING)
                 return
@@ -223,10 +235,21 @@ class ConsumerSet:
             elif c.waiting:
                 c.kick()
 
-    def on_interest(self) -> None:
-        """The hub's interest changed (LS+/LS-)."""
+    def on_interest(self, event: str, subject: str) -> None:
+        """The hub's interest changed (LS+/LS- ``subject``)."""
+        for c in list(self.consumers.values()):
+            c.on_interest_change(event, subject)
+
+    def kick_all(self) -> None:
+        """Deliveries held by the replication side may resume."""
+        for c in list(self.consumers.values()):
+            c.kick()
+
+    def on_link_up(self) -> None:
+        """The leaf link is back: deliveries held while it was down resume."""
         for c in list(self.consumers.values()):
             c.on_interest_change()
+            c.kick()
 
     def on_purge(self, first_seq: int) -> None:
         """The stream was purged (or compacted) below ``first_seq``."""
@@ -320,14 +343,8 @@ class ConsumerSet:
     # ---- advisories ------------------------------------------------------------------------
 
     def _advise(self, subject: str, body: dict[str, Any]) -> None:
-        if not self.leaf.has_interest(subject):
-            return
-        import msgspec
-
-        from jetlog.wire.timefmt import format_time
-
-        full = {"type": body.pop("type"), "id": _nuid(), "timestamp": format_time(time.time_ns()), **body}
-        self.leaf.publish(subject, msgspec.json.encode(full))
+        kind = body.pop("type").rsplit(".", 1)[1]
+        advisory.send(self.leaf, subject.removeprefix(advisory.PREFIX), kind, body)
 
     def advisory_action(self, c: Consumer, action: str) -> None:
         kind = "CREATED" if action == "create" else "DELETED"
@@ -363,7 +380,20 @@ class ConsumerSet:
                 "consumer_seq": dseq,
                 "stream_seq": seq,
                 "deliveries": deliveries,
-                "reason": reason,
+                **({"reason": reason} if reason else {}),  # omitted when empty, as nats-server does
+            },
+        )
+
+    def advisory_nak(self, c: Consumer, seq: int, dseq: int, deliveries: int) -> None:
+        self._advise(
+            f"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.{self.stream.name}.{c.name}",
+            {
+                "type": "io.nats.jetstream.advisory.v1.nak",
+                "stream": self.stream.name,
+                "consumer": c.name,
+                "consumer_seq": dseq,
+                "stream_seq": seq,
+                "deliveries": deliveries,
             },
         )
 
@@ -380,9 +410,3 @@ class ConsumerSet:
                 "pause_until": format_time(c.paused_until),
             },
         )
-
-
-def _nuid() -> str:
-    import secrets
-
-    return secrets.token_urlsafe(16)

@@ -13,6 +13,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+#: ns a request whose inbox the hub has not shown interest in yet is kept anyway (nats-server's
+#: ``defaultGatewayRecentSubExpiration``, which applies when leafnodes are enabled).
+YOUNG_REQUEST = 2_000_000_000
+
 
 @dataclass(eq=False)
 class Waiting:
@@ -30,6 +34,7 @@ class Waiting:
     last_send: int = 0  # last data or heartbeat sent, ns
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     done: bool = False
+    seen_interest: bool = False  # the hub has shown interest in ``reply`` at some point
 
     @property
     def remaining(self) -> int:
@@ -99,6 +104,21 @@ class WaitQueue:
             w.cancel_timers()
         self._q.clear()
         return out
+
+    def prune_without_interest(self, has_interest: Callable[[str], bool], now: int) -> list[Waiting]:
+        """Drop requests whose inbox has no interest; return them.
+
+        A request arrives on the client link, the ``LS+`` of its inbox on the leaf link, and
+        the request can come first: one whose inbox was never seen with interest is kept for
+        :data:`YOUNG_REQUEST` after it arrived (the consumer re-checks it then)."""
+
+        def alive(w: Waiting) -> bool:
+            if has_interest(w.reply):
+                w.seen_interest = True
+                return True
+            return not w.seen_interest and now - w.arrived < YOUNG_REQUEST
+
+        return self.prune(alive)
 
     def prune(self, alive: Callable[[Waiting], bool]) -> list[Waiting]:
         """Drop requests for which ``alive(w)`` is false; return them."""

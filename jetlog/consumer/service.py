@@ -47,8 +47,12 @@ class ConsumerService:
         self.parse_pull = parse_pull
         self.parse_ack = parse_ack
         self.streams: StreamManager | None = None
+        self.ack_owner: Callable[[str], bool] | None = None
+        """Cluster: does this node answer acks for a stream (its leader)? Every node receives
+        every ack; only the owner acts, so exactly one node answers a double ack."""
         self._subs: list[Any] = []
         self._remove_listener: Callable[[], None] | None = None
+        self._remove_state_listener: Callable[[], None] | None = None
 
     async def attach(self, stream: Stream, directory: str | None) -> None:
         """StreamManager hook: give ``stream`` its consumers (recovered from disk if any)."""
@@ -70,6 +74,7 @@ class ConsumerService:
         self._subs.append(self.leaf.subscribe("$JS.ACK.>", self._on_ack))
         self._subs.append(self.leaf.subscribe("$JS.FC.>", self._on_fc))
         self._remove_listener = self.leaf.add_interest_listener(self._on_interest)
+        self._remove_state_listener = self.leaf.add_state_listener(self._on_link_state)
 
     def stop(self) -> None:
         """Drop the subscriptions."""
@@ -79,6 +84,9 @@ class ConsumerService:
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
+        if self._remove_state_listener is not None:
+            self._remove_state_listener()
+            self._remove_state_listener = None
 
     def lookup(self, stream: str, consumer: str) -> Consumer | None:
         """The consumer ``consumer`` of ``stream``, or None."""
@@ -102,6 +110,8 @@ class ConsumerService:
             return
         if not (sseq.isdigit() and dseq.isdigit() and dc.isdigit()):
             return  # nats-server ignores malformed ack subjects (no reply)
+        if self.ack_owner is not None and not self.ack_owner(stream):
+            return
         c = self.lookup(stream, consumer)
         if c is None:
             if reply:
@@ -118,9 +128,16 @@ class ConsumerService:
         if c is not None:
             c.on_flow_control_reply(subject)
 
+    def _on_link_state(self, state: Any) -> None:
+        if self.streams is None or state != "connected":
+            return
+        for s in self.streams.streams.values():
+            if s.consumers is not None and s.consumers.consumers:
+                s.consumers.on_link_up()
+
     def _on_interest(self, event: str, subject: str, queue: str | None) -> None:
         if self.streams is None:
             return
         for s in self.streams.streams.values():
             if s.consumers is not None and s.consumers.consumers:
-                s.consumers.on_interest()
+                s.consumers.on_interest(event, subject)

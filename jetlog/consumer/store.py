@@ -38,7 +38,8 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,7 @@ _REDEL = struct.Struct("<QI")
 
 LOG_NAME = "consumers.log"
 COMPACT_BYTES = 16 * 1024 * 1024
+FEED_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -211,6 +213,14 @@ class ConsumerLog:
         self._closed = False
         self.failed: BaseException | None = None
         self.on_large: Callable[[], None] | None = None  # asked to compact when the log grows
+        # Replication (docs/cluster.md §5): records appended since this log was opened, a
+        # bounded feed of the latest ones for followers, and a barrier ``sync`` also waits for
+        # (every in-sync follower holds the records durably).
+        self.appended = 0
+        self._feed: deque[bytes] | None = None
+        self._feed_bytes = 0
+        self.on_append: Callable[[], None] | None = None
+        self.replicated: Callable[[int], Awaitable[None]] | None = None
 
     @classmethod
     async def open(cls, directory: str, sync_interval: float = 1.0) -> ConsumerLog:
@@ -259,6 +269,15 @@ class ConsumerLog:
     def _append(self, rec: bytes) -> None:
         if self._closed:
             return
+        self.appended += 1
+        feed = self._feed
+        if feed is not None:
+            feed.append(rec)
+            self._feed_bytes += len(rec)
+            while self._feed_bytes > FEED_BYTES and len(feed) > 1:
+                self._feed_bytes -= len(feed.popleft())
+            if self.on_append is not None:
+                self.on_append()
         self._buf.append(rec)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -317,16 +336,75 @@ class ConsumerLog:
     def pause(self, cid: int, until: int) -> None:
         self._append(_record(PAUSE, _CID_TS.pack(cid, until)))
 
+    # ---- replication -----------------------------------------------------------------------
+
+    def enable_feed(self) -> None:
+        """Keep the latest records (up to ``FEED_BYTES``) for followers (stream leader)."""
+        if self._feed is None:
+            self._feed = deque()
+            self._feed_bytes = 0
+
+    def records_after(self, idx: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """Records ``idx+1 .. `` (as many whole ones as fit in ``max_bytes``, at least one),
+        and the index of the last one; None when ``idx`` is older than the feed holds."""
+        feed = self._feed
+        if feed is None or idx > self.appended:
+            return None
+        first = self.appended - len(feed)  # index of the record before feed[0]
+        if idx < first:
+            return None
+        out: list[bytes] = []
+        size = 0
+        i = idx - first
+        while i < len(feed):
+            rec = feed[i]
+            if out and size + len(rec) > max_bytes:
+                break
+            out.append(rec)
+            size += len(rec)
+            i += 1
+        return b"".join(out), idx + len(out)
+
+    def replica_append(self, data: bytes) -> None:
+        """Follower: append records received from the leader (checked whole and valid)."""
+        _, valid, corrupt = replay(data)
+        if corrupt or valid != len(data):
+            raise StorageError("consumer records from the leader are malformed")
+        self._append_raw(data)
+
+    def _append_raw(self, data: bytes) -> None:
+        if self._closed or not data:
+            return
+        self._buf.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    async def replica_replace(self, image: bytes) -> None:
+        """Follower: replace the whole log with the leader's snapshot image (atomic)."""
+        _, valid, corrupt = replay(image)
+        if corrupt or valid != len(image):
+            raise StorageError("consumer snapshot from the leader is malformed")
+        self._buf.clear()
+        await self._rewrite(image)
+
     # ---- durability ------------------------------------------------------------------------
 
     async def sync(self) -> None:
-        """Wait until everything appended so far is fsynced."""
+        """Wait until everything appended so far is fsynced (and, on a replicated stream's
+        leader, held durably by every in-sync follower)."""
         if self.failed is not None:
             raise StorageError(f"consumer state {self.path} failed: {self.failed}")
+        target = self.appended
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self._wake.set()
         await fut
+        if self.replicated is not None:
+            try:
+                await self.replicated(target)
+            except TimeoutError:
+                raise StorageError("consumer state not replicated to the in-sync followers in time") from None
 
     async def _syncer_loop(self) -> None:
         while not self._closed:
@@ -376,13 +454,20 @@ class ConsumerLog:
     async def compact(self, consumers: list[tuple[int, str, bytes, int, ConsumerState, int]]) -> None:
         """Rewrite the log as one CREATE + STATE per live consumer (atomic rename)."""
         self._flush()
-        parts = []
-        for cid, name, cfg, created, st, pause in consumers:
-            nb = name.encode()
-            pol = _POLICIES.index(st.ack_policy) if st.ack_policy in _POLICIES else 2
-            parts.append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + cfg))
-            parts.append(_record(STATE, encode_snapshot(cid, st, pause)))
-        data = b"".join(parts)
+        await self._rewrite(encode_image(consumers))
+
+    async def compact_replica(self) -> None:
+        """Follower: rewrite the log from its own replay (no live consumers on a follower)."""
+        self._flush()
+        data = await asyncio.to_thread(_read_file, self.path)
+        rp, _, _ = replay(data)
+        await self._rewrite(
+            encode_image(
+                [(c.cid, c.name, c.config, c.created, c.state, c.pause_until) for c in rp.consumers.values()]
+            )
+        )
+
+    async def _rewrite(self, data: bytes) -> None:
         tmp = self.path + ".tmp"
 
         def _rewrite() -> int:
@@ -434,6 +519,22 @@ class ConsumerLog:
             await self._syncer.release()
             self._syncer = None
         os.close(self._fd)
+
+
+def encode_image(consumers: list[tuple[int, str, bytes, int, ConsumerState, int]]) -> bytes:
+    """The compacted log: one CREATE + STATE record per consumer."""
+    parts = []
+    for cid, name, cfg, created, st, pause in consumers:
+        nb = name.encode()
+        pol = _POLICIES.index(st.ack_policy) if st.ack_policy in _POLICIES else 2
+        parts.append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + cfg))
+        parts.append(_record(STATE, encode_snapshot(cid, st, pause)))
+    return b"".join(parts)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _copy_aside(path: str, data: bytes) -> None:

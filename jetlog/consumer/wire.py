@@ -346,13 +346,13 @@ def _decode_next(body: bytes) -> _Next | str:
     if b"\\" not in body:
         try:
             req = _NEXT_DECODER.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, UnicodeDecodeError):
             pass
         else:
             keys = _KEY_RE.findall(body)
             if (
                 len(keys) == len(set(keys))
-                and all(k.decode() in _NEXT_KEYS for k in keys)
+                and all(k.decode("utf-8", "replace") in _NEXT_KEYS for k in keys)
                 and all(
                     -_I64 <= v < _I64
                     for v in (req.expires, req.batch, req.max_bytes, req.idle_heartbeat, req.priority)

@@ -51,12 +51,13 @@ _YIELD_EVERY = 256 << 10  # let other tasks run after compressing this much inli
 class OpenBatch:
     """The batch currently being filled (loop side)."""
 
-    __slots__ = ("base_seq", "body", "first_rec", "last_rec", "nrec", "ops", "parts", "pos", "seg")
+    __slots__ = ("base_seq", "body", "first_rec", "last_rec", "limit", "nrec", "ops", "parts", "pos", "seg")
 
-    def __init__(self, seg: Segment, pos: int, base_seq: int) -> None:
+    def __init__(self, seg: Segment, pos: int, base_seq: int, limit: int = rc.SPLIT_BODY) -> None:
         self.seg = seg
         self.pos = pos  # file offset its header will have (an estimate when compressing)
         self.base_seq = base_seq
+        self.limit = limit  # room for records: the body limit minus the ops' bytes
         self.parts: list[bytes] = []
         self.body = 0
         self.nrec = 0
@@ -67,7 +68,9 @@ class OpenBatch:
 
 class PendingBatch(NamedTuple):
     """A closed batch waiting for the flusher. ``pos`` is the expected file offset (-1 when
-    compressed: only the writer knows it)."""
+    compressed: only the writer knows it). ``k``: the ``k`` of its position ``(last_seq, k)``.
+    ``rel``: a replicated batch (``append_batches``): its index entries hold positions
+    relative to the batch start, shifted by the batch's file offset when it commits."""
 
     seg: Segment
     pos: int
@@ -81,6 +84,8 @@ class PendingBatch(NamedTuple):
     first_rec: int
     last_rec: int
     sealed: bool = False  # ``parts`` is already ``[header, body]``
+    k: int = 0
+    rel: bool = False
 
 
 def seal_pending(b: PendingBatch, compressor: Any) -> PendingBatch:

@@ -24,6 +24,11 @@ THE OP INVARIANT (what makes a full-scan recovery never resurrect a removed mess
 
 Erased messages (``remove(erase=True)``) are gone from the rewritten file; the original file is
 unlinked (not overwritten in place).
+
+Replication: a rewrite changes the batches, hence the positions, inside the segment. The index
+file marks it (``rewritten``) and the store never rewrites a segment at or above its
+``compact_floor``. Every batch of the new file keeps epochs non-decreasing along the log: the
+trailing batch carries the highest epoch of the original segment.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import NamedTuple
 import zstandard
 
 from jetlog.errors import CorruptSegmentError
+from jetlog.log.positions import NULL_LAST
 from jetlog.log.segment import (
     COMPRESSED,
     SegmentData,
@@ -48,6 +54,7 @@ from jetlog.log.segment import (
     seg_name,
 )
 from jetlog.wire import records as rc
+from jetlog.wire.subjects import subject_from_bytes
 
 
 class Rewritten(NamedTuple):
@@ -100,7 +107,9 @@ def rewrite_segment(
     li = 0
     nlive = len(live)
     last_seq, last_ts = base - 1, 0
+    top_epoch = 0
     for off, h in res.batches:
+        top_epoch = max(top_epoch, h.epoch)
         body = rc.raw_body(h, rc.check_body(buf, off, h), dctx, off)
         mv = memoryview(body)
         for m in rc.iter_record_meta(body, h, off):
@@ -149,7 +158,7 @@ def rewrite_segment(
                 data.pos.append(size + rc.HEADER_SIZE + roff)
                 data.aux.append(len(r))
             data.size.append(file_msg_size(len(m.subject), m.hdr_len, m.data_len))
-            data.lsid.append(data.subject_index(m.subject.decode()))
+            data.lsid.append(data.subject_index(subject_from_bytes(m.subject)))
             if m.ttl:
                 data.ttl[m.seq] = m.ttl
             roff += len(r)
@@ -157,6 +166,7 @@ def rewrite_segment(
             data.ops.append(a)
             data.ops.append(b)
         data.batches.append(size)
+        data.blast.append(NULL_LAST if not recs and not bops and lseq == prev else lseq)
         out.append(hdr)
         out.append(body)
         size += len(hdr) + len(body)
@@ -173,11 +183,12 @@ def rewrite_segment(
     if group:
         emit(group, [], group[-1][1].seq, group[-1][1].ts, group[0][2])
     # Last batch: kept ops and the segment's sequence high-water mark.
-    emit([], ops, max(last_seq, prev), last_ts, max((e for _, _, e in kept), default=0))
+    emit([], ops, max(last_seq, prev), last_ts, top_epoch)
     data.covered = size
     data.last_seq = max(last_seq, prev)
     data.last_ts = last_ts
     data.has_batches = True
+    data.rewritten = True
 
     tmp = path + ".tmp"
     itmp = idx_path + ".tmp"
@@ -200,9 +211,11 @@ def rewrite_segment(
         data.ttl,
         data.ops,
         data.batches,
+        data.blast,
         data.last_seq,
         data.last_ts,
-        max((e for _, _, e in kept), default=0),
+        top_epoch,
+        True,
     )
     fd = io.open(itmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:

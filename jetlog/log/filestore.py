@@ -18,6 +18,11 @@ requested while the previous sync runs (``pipeline.MAX_INFLIGHT``); commits are 
 reported in job order. A write or fsync error fails the store for good (no retry: after a
 failed fsync the page cache state is unknown). A dead helper is not an fsync error: the syncer
 restarts it and re-issues the syncs it did not answer (see ``syncer.py``).
+
+Replication (``store.ReplicaLog``): ``filereplica.py`` serves and appends stored batches
+verbatim, truncates and resets; ``epochs.py`` keeps the leader-epoch checkpoint; every segment
+keeps the positions of its batches (``positions.py``). The writer tracks ``log_end`` as it closes
+batches, the commit path ``durable_end``.
 """
 
 from __future__ import annotations
@@ -37,15 +42,19 @@ import zstandard
 from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
+from jetlog.log import filereplica as fr
 from jetlog.log.base import IndexedStore
 from jetlog.log.commit import OpenBatch, PendingBatch, Roll, StoreSync
 from jetlog.log.compaction import delete_segments, rewrite_segment
+from jetlog.log.epochs import EpochCache
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
 from jetlog.log.pipeline import Flusher
-from jetlog.log.recovery import Recovered, build_index, prepare_dir, recover, write_idx_file
-from jetlog.log.segment import CHUNK, COMPRESSED, OsIO, Segment, SegmentIO, read_record
-from jetlog.log.store import RecoveryReport, StoredMsg
+from jetlog.log.rawread import bulk_reader
+from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
+from jetlog.log.replica import cap_raw, check_max_batch, merge_op
+from jetlog.log.segment import COMPRESSED, OsIO, Segment, SegmentIO, read_record
+from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredMsg
 from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
 from jetlog.wire import records as rc
 
@@ -57,6 +66,7 @@ _CRC = rc.CRC
 _TTL = rc.TTL
 _HDR = rc.HEADER_SIZE
 _SPLIT = rc.SPLIT_BODY
+_OPS = rc.OP_SIZE
 _FD_CACHE = 64
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore"]
@@ -82,39 +92,57 @@ class FileStore(IndexedStore):
         compact_threshold: float,
         syncer: SyncService | str,
         owned_syncer: Syncer | None = None,
+        epochs: list[tuple[int, Pos]] | None = None,
     ) -> None:
         super().__init__(ix)
         self.path = path
         self._io = io
         self._lock_fd = lock_fd
         self._compressed = compression
+        self._always = fsync == "always"
         self._segment_bytes = segment_bytes
         self._sync_interval = int(sync_interval * 1e9)  # ns
-        self.epoch = rec.epoch
+        self._auto = (auto_compact, compact_threshold)
+        # never below an epoch this store already knows (a leader must not reuse one)
+        self.epoch = max(rec.epoch, epochs[-1][0] if epochs else 0)
+        self.compact_floor = NO_FLOOR
+        self._max_body = _SPLIT  # ``max_batch_bytes`` minus the header
+        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-store")
+        # "helper" was resolved by ``open``; "thread" syncs in this store's thread
+        self._service = ThreadSync(io, self._exec) if isinstance(syncer, str) else syncer
+        self._owned = owned_syncer
+        self._cctx = zstandard.ZstdCompressor(level=3) if compression else None
+        self._rcctx: zstandard.ZstdCompressor | None = None  # ``read_batches``' own (not thread-safe)
+        self._dctx = zstandard.ZstdDecompressor()
+        self._closed = False
+        try:
+            self._attach(rec, ix, epochs or [])
+        except BaseException:
+            self._exec.shutdown(wait=False)
+            raise
+
+    def _attach(self, rec: Recovered, ix: Index, epochs: list[tuple[int, Pos]]) -> None:
+        """Take over a recovered directory (at open, and after ``truncate``/``reset``)."""
+        self._ix = ix
         self._segs: list[Segment] = rec.segments
         self._seg = self._segs[-1]
         self._wseg = self._seg
-        self._seg.fd = io.open(self._seg.path, os.O_RDWR | os.O_APPEND)
-        self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-store")
-        # "helper" was resolved by ``open``; "thread" syncs in this store's thread
-        service = ThreadSync(io, self._exec) if isinstance(syncer, str) else syncer
+        self._seg.fd = self._io.open(self._seg.path, os.O_RDWR | os.O_APPEND)
         try:
-            self._ss = StoreSync(io, service, path, self._seg.fd, owned_syncer)
+            self._ss = StoreSync(self._io, self._service, self.path, self._seg.fd, self._owned)
         except BaseException:
-            self._exec.shutdown(wait=False)
             self._io.close(self._seg.fd)
             self._seg.fd = None
             raise
-        self._ob = OpenBatch(self._seg, self._seg.size, ix.last_seq)
+        self._ob = OpenBatch(self._seg, self._seg.size, ix.last_seq, self._max_body)
         self._queue: list[PendingBatch | Roll] = []
         self._rolls = 0  # ``Roll``s in ``_queue``
         self._pend: dict[int, tuple[bytes, bytes]] = {}  # records of the open batch and ``_queue``
         self._committed = ix.last_seq
+        self._end = self._durable = fr.recovered_end(self._segs)  # replication positions
+        self._epochs = EpochCache(epochs, self.path)
         self._failed: BaseException | None = None
-        self._refuse = False
-        self._closed = False
-        self._cctx = zstandard.ZstdCompressor(level=3) if compression else None
-        self._dctx = zstandard.ZstdDecompressor()
+        self._refuse = self._busy = False
         self._fd_lru: OrderedDict[Segment, None] = OrderedDict()
         self._bodies: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
         self._chunks: OrderedDict[tuple[int, int, int], bytes] = OrderedDict()
@@ -128,8 +156,8 @@ class FileStore(IndexedStore):
             quarantined=tuple(rec.quarantined),
             lost_seqs=tuple(rec.lost),
         )
-        self._maint = Maintenance(self, auto_compact, compact_threshold)
-        self._fl = Flusher(self, fsync == "always")
+        self._maint = Maintenance(self, *self._auto)
+        self._fl = Flusher(self, self._always)
 
     @classmethod
     async def open(
@@ -169,13 +197,9 @@ class FileStore(IndexedStore):
         sio: SegmentIO = io if io is not None else OsIO()
         lock_fd = await asyncio.to_thread(prepare_dir, path, sio)
 
-        def _recover() -> tuple[Recovered, Index]:
-            rec = recover(path, sio, verify=verify, first_seq=first_seq)
-            return rec, build_index(rec)
-
         owned: Syncer | None = None
         try:
-            rec, ix = await asyncio.to_thread(_recover)
+            rec, ix, epochs = await asyncio.to_thread(fr.recover_all, path, sio, verify, first_seq)
             if syncer == "helper":
                 owned = acquire_syncer()
                 syncer = owned
@@ -193,6 +217,7 @@ class FileStore(IndexedStore):
                 compact_threshold=compact_threshold,
                 syncer=syncer,
                 owned_syncer=owned,
+                epochs=epochs,
             )
         except BaseException as exc:
             os.close(lock_fd)
@@ -237,6 +262,8 @@ class FileStore(IndexedStore):
             raise StreamUnavailableError(f"store {self.path} failed: {self._failed}")
         if self._closed:
             raise StreamUnavailableError(f"store {self.path} is closed")
+        if self._busy:
+            raise StreamUnavailableError(f"store {self.path} is being truncated or reset")
 
     # ---- writes ---------------------------------------------------------------------------
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int = 0) -> int:
@@ -260,7 +287,7 @@ class FileStore(IndexedStore):
         rec = _CRC.pack(crc32c(rec)) + rec
         rlen = len(rec)
         ob = self._ob
-        if ob.body + rlen > _SPLIT and ob.nrec:
+        if ob.body + rlen > ob.limit and (ob.nrec or ob.ops):
             ob = self._close_batch()
         seg = self._seg
         if ob.pos + _HDR + ob.body + rlen > self._segment_bytes and seg.nrecords:
@@ -302,19 +329,14 @@ class FileStore(IndexedStore):
         return super().remove(seq, erase)
 
     def _log_removal(self, ranges: list[tuple[int, int]], erase: bool) -> None:
-        ops = self._ob.ops
         for a, b in ranges:
-            if ops:
-                pa, pb = ops[-1]
-                if pa <= a <= pb + 1:
-                    ops[-1] = (pa, max(pb, b))
-                    continue
-                if a > pb:
-                    nl = self._ix.next_live(pb + 1)
-                    if nl == 0 or nl > b:  # nothing live between: bridge the gap
-                        ops[-1] = (pa, b)
-                        continue
-            ops.append((a, b))
+            ob = self._ob
+            if merge_op(ob.ops, a, b, self._ix.next_live):
+                continue
+            if ob.body + _OPS > ob.limit and (ob.nrec or ob.ops):
+                ob = self._close_batch()
+            ob.ops.append((a, b))
+            ob.limit -= _OPS
         if self._fl.idle:
             self._fl.kick()
 
@@ -330,6 +352,11 @@ class FileStore(IndexedStore):
         ob = self._ob
         ix = self._ix
         if ob.nrec or ob.ops or ix.last_seq != ob.base_seq:
+            end = self._end
+            k = end[1] + 1 if ix.last_seq == end[0] else 0
+            self._end = (ix.last_seq, k)
+            if self.epoch > self._epochs.latest:
+                self._epochs.observe(self.epoch, end)
             self._queue.append(
                 PendingBatch(
                     ob.seg,
@@ -343,10 +370,11 @@ class FileStore(IndexedStore):
                     ix.last_ts,
                     ob.first_rec,
                     ob.last_rec,
+                    k=k,
                 )
             )
-            end = ob.pos + _HDR + ob.body + rc.OP_SIZE * len(ob.ops)
-            self._ob = OpenBatch(ob.seg, end, ix.last_seq)
+            nxt = ob.pos + _HDR + ob.body + _OPS * len(ob.ops)
+            self._ob = OpenBatch(ob.seg, nxt, ix.last_seq, self._max_body)
         return self._ob
 
     def _roll(self) -> OpenBatch:
@@ -357,12 +385,56 @@ class FileStore(IndexedStore):
         self._rolls += 1
         self._segs.append(new)
         self._seg = new
-        self._ob = OpenBatch(new, 0, self._ix.last_seq)
+        self._ob = OpenBatch(new, 0, self._ix.last_seq, self._max_body)
         return self._ob
 
     def _has_pending(self) -> bool:
         ob = self._ob
         return bool(self._queue or ob.nrec or ob.ops or self._ix.last_seq != ob.base_seq)
+
+    # ---- replication (``store.ReplicaLog``; the work is in ``filereplica.py``) ---------------
+    @property
+    def max_batch_bytes(self) -> int:
+        return self._max_body + _HDR
+
+    @max_batch_bytes.setter
+    def max_batch_bytes(self, value: int) -> None:
+        self._max_body = check_max_batch(value) - _HDR
+        self._ob.limit = self._max_body - _OPS * len(self._ob.ops)
+
+    def log_end(self) -> Pos:
+        return self._end
+
+    def durable_end(self) -> Pos:
+        return self._durable
+
+    def seal(self) -> Pos:
+        if not (self._refuse or self._busy):
+            self._close_batch()
+            if self._fl.idle:
+                self._fl.kick()
+        return self._end
+
+    def read_batches(self, after: Pos, max_bytes: int, offset: int = 0, max_raw: int = 0) -> ReplicaRead:
+        return cap_raw(after, fr.read_batches(self, after, max_bytes, offset), max_raw)
+
+    def append_batches(self, data: bytes) -> Pos:
+        return fr.append_batches(self, data)
+
+    async def truncate(self, to: Pos) -> None:
+        await fr.truncate(self, to)
+
+    async def reset(self, first_seq: int) -> None:
+        await fr.reset(self, first_seq)
+
+    def epochs(self) -> list[tuple[int, Pos]]:
+        return self._epochs.view(fr.start_pos(self._segs), fr.first_pos(self))
+
+    async def begin_epoch(self, epoch: int) -> None:
+        await fr.begin_epoch(self, epoch)
+
+    def epoch_end(self, epoch: int) -> tuple[int, Pos]:
+        return self._epochs.end_of(epoch, fr.start_pos(self._segs), fr.first_pos(self), self._end)
 
     # ---- group commit (``pipeline.Flusher``) --------------------------------------------
     async def flush(self) -> None:
@@ -389,7 +461,11 @@ class FileStore(IndexedStore):
     def _read(self, blk: Block, i: int) -> StoredMsg:
         seq = blk.seqs[i]
         if seq > self._committed:  # not committed: in the open batch or a job in flight
-            t = self._pend.get(seq) or self._fl.record(seq)
+            t = (
+                self._pend.get(seq)
+                or self._fl.record(seq)
+                or fr.pending_payload(self, seq, blk.pos[i], blk.aux[i])
+            )
             if t is not None:
                 return StoredMsg(seq, self._ix.subjects.names[blk.sid[i]], t[0], t[1], blk.ts[i])
         seg: Segment = blk.seg
@@ -407,39 +483,7 @@ class FileStore(IndexedStore):
         return StoredMsg(seq, r.subject, r.hdr, r.data, r.ts)
 
     def _bulk_reader(self) -> Callable[[Block, int], StoredMsg]:
-        """A reader for one bulk pass (``iter_range``): committed, uncompressed records already in
-        the chunk cache are cut straight out of it — same checks as ``read_record`` (record CRC,
-        sequence, bounds) without its per-record call layers. Anything else, including every
-        failed check, takes ``_read``, which loads the chunk or raises the precise error."""
-        chunks = self._chunks
-        names = self._ix.subjects.names
-        committed = self._committed  # fixed for the pass: the pass runs without yielding the loop
-        slow = self._read
-        unpack = rc.REC.unpack_from
-        rec_size = rc.REC_SIZE
-        rf_ttl = rc.RF_TTL
-
-        def read(blk: Block, i: int) -> StoredMsg:
-            seq = blk.seqs[i]
-            aux = blk.aux[i]
-            if seq > committed or aux & COMPRESSED:
-                return slow(blk, i)
-            seg = blk.seg
-            pos = blk.pos[i]
-            c = pos // CHUNK
-            off = pos - c * CHUNK
-            buf = chunks.get((seg.base, seg.gen, c))
-            if buf is None or off + aux > len(buf):
-                return slow(blk, i)
-            crc, rseq, ts, slen, flags, _rsv, hlen, dlen = unpack(buf, off)
-            p = off + rec_size + (8 if flags & rf_ttl else 0)
-            end = p + slen + hlen + dlen
-            if rseq != seq or end > off + aux or crc32c(memoryview(buf)[off + 4 : end]) != crc:
-                return slow(blk, i)
-            h = p + slen
-            return StoredMsg(seq, names[blk.sid[i]], buf[h : h + hlen], buf[h + hlen : end], ts)
-
-        return read
+        return bulk_reader(self)
 
     def _open_fd(self, seg: Segment) -> int:
         fd = seg.fd = self._io.open(seg.path, os.O_RDONLY)

@@ -14,14 +14,22 @@ import subprocess
 from array import array
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from jetlog.log import syncworker as wire
 
-if TYPE_CHECKING:
-    from jetlog.log.syncer import Syncer
-
 _FRAME = wire.REQ.size
+
+
+class HelperOwner(Protocol):
+    """Who gets a helper's callbacks (``syncer.Syncer`` satisfies this structurally)."""
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def _hello(self, helper: HelperProcess) -> None: ...
+    def _reply(self, rid: int, err: int) -> None: ...
+    def _helper_died(self, helper: HelperProcess, why: str) -> None: ...
 
 
 class HelperProcess:
@@ -30,7 +38,7 @@ class HelperProcess:
     ``owner`` gets ``_hello(helper)``, ``_reply(request id, errno)`` and
     ``_helper_died(helper, why)`` callbacks, all on the loop."""
 
-    def __init__(self, owner: Syncer, argv: Callable[[int], list[str]]) -> None:
+    def __init__(self, owner: HelperOwner, argv: Callable[[int], list[str]]) -> None:
         self._owner = owner
         self._loop = owner._loop
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -532,9 +532,9 @@ class Index:
         self.blocks = [b for b in self.blocks if b.seg not in segs]
         self.firsts = [b.seqs[0] for b in self.blocks]
 
-    def set_pos(self, first: int, last: int, pos: int) -> None:
-        """Set ``pos`` of every entry with sequence in ``[first, last]`` (compressed batches get
-        their file offset only once written)."""
+    def pos_ranges(self, first: int, last: int) -> Iterator[tuple[Any, int, int]]:
+        """``(block, i, j)``: the slices ``block.pos[i:j]`` of the entries with sequence in
+        ``[first, last]``, in order."""
         k = max(bisect_right(self.firsts, first) - 1, 0)
         for blk in self.blocks[k:]:
             seqs = blk.seqs
@@ -543,7 +543,13 @@ class Index:
             i = bisect_left(seqs, first)
             j = bisect_right(seqs, last)
             if j > i:
-                blk.pos[i:j] = array("I", [pos]) * (j - i)
+                yield blk, i, j
+
+    def set_pos(self, first: int, last: int, pos: int) -> None:
+        """Set ``pos`` of every entry with sequence in ``[first, last]`` (compressed batches get
+        their file offset only once written)."""
+        for blk, i, j in self.pos_ranges(first, last):
+            blk.pos[i:j] = array("I", [pos]) * (j - i)
 
     def segment_columns(self, seg: Any) -> tuple[array[int], ...]:
         """Concatenated (seqs, ts, sid, size, pos, aux) of every entry of ``seg``."""

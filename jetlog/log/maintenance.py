@@ -3,8 +3,9 @@ maintenance thread, see ``compaction.py`` for the rules and the op invariant).
 
 Retention: delete the longest prefix of sealed segments that hold no live message (never the
 last segment). Compaction: rewrite the sealed segment with the highest dead fraction above the
-threshold (or holding an erased message), one at a time. Both first flush the store so every
-removal they rely on is durable.
+threshold (or holding an erased message), one at a time, never one whose last sequence is at
+or above the store's ``compact_floor`` (replication: positions a follower may still fetch must
+not change). Both first flush the store so every removal they rely on is durable.
 """
 
 from __future__ import annotations
@@ -13,26 +14,50 @@ import asyncio
 import contextlib
 import logging
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jetlog.errors import StorageError
 from jetlog.log.recovery import write_idx_file
-from jetlog.log.segment import encode_idx
+from jetlog.log.segment import encode_idx, seg_table
 
 if TYPE_CHECKING:
     from jetlog.log.compaction import Rewritten
-    from jetlog.log.filestore import FileStore
-    from jetlog.log.segment import Segment
+    from jetlog.log.index import Index
+    from jetlog.log.segment import Segment, SegmentIO
 
 log = logging.getLogger("jetlog.log.maintenance")
+
+
+class MaintenanceHost(Protocol):
+    """What maintenance (and ``idx_snapshot``) uses of its ``FileStore`` (which satisfies this
+    structurally)."""
+
+    path: str
+    epoch: int
+    compact_floor: int
+    _io: SegmentIO
+    _ix: Index
+    _closed: bool
+    _segs: list[Segment]
+    _wseg: Segment
+    _fd_lru: OrderedDict[Segment, None]
+
+    @property
+    def failed(self) -> BaseException | None: ...
+
+    async def flush(self) -> None: ...
+    def _close_fd(self, seg: Segment) -> None: ...
+    def _delete_segments_job(self, bases: list[int]) -> Any: ...
+    def _rewrite_job(self, seg: Segment, live: array[int], older: list[tuple[int, int]]) -> Any: ...
 
 
 class Maintenance:
     """Owns the maintenance task and thread of one file store."""
 
-    def __init__(self, store: FileStore, auto: bool, threshold: float) -> None:
+    def __init__(self, store: MaintenanceHost, auto: bool, threshold: float) -> None:
         self._store = store
         self._threshold = threshold
         self._event = asyncio.Event()
@@ -133,9 +158,12 @@ class Maintenance:
         st = self._store
         best: Segment | None = None
         best_f = self._threshold
+        floor = st.compact_floor
         for seg in st._segs[:-1]:
             if not (seg.sealed and seg.idx_ok) or seg.compacting or seg.broken or seg is st._wseg:
                 continue
+            if seg.last_seq >= floor:
+                break  # and so is every later segment
             if not seg.nrecords:
                 continue
             dead = seg.nrecords - seg.nlive
@@ -198,6 +226,8 @@ class Maintenance:
         seg.nlive = sum(b.nlive for b in blocks)
         seg.min_seq = d.seqs[0] if d.seqs else 0
         seg.max_seq = d.seqs[-1] if d.seqs else 0
+        seg.table = seg_table(d)
+        seg.rewritten = True
         seg.gen += 1
 
     # ---- index files of sealed segments ------------------------------------------------------
@@ -243,6 +273,7 @@ class Maintenance:
         seg.idx_ok = True
         seg.ops = array("Q")
         seg.batches = array("Q")
+        seg.blast = array("Q")
         seg.ttl = {}
         for blk in st._ix.blocks:
             if blk.seg is seg:
@@ -251,7 +282,7 @@ class Maintenance:
         self.poke()
 
 
-def idx_snapshot(store: FileStore, seg: Segment) -> Callable[[], bytes]:
+def idx_snapshot(store: MaintenanceHost, seg: Segment) -> Callable[[], bytes]:
     """Copy (on the loop) what ``seg``'s index file lists; the returned function encodes it in
     a thread. Subject ids are written as the file's subject keys (no per-record work)."""
     seqs, ts, sid, size, pos, aux = store._ix.segment_columns(seg)
@@ -259,7 +290,9 @@ def idx_snapshot(store: FileStore, seg: Segment) -> Callable[[], bytes]:
     ttl = dict(seg.ttl)
     ops = array("Q", seg.ops)
     batches = array("Q", seg.batches)
+    blast = array("Q", seg.blast)
     covered, last_seq, last_ts, epoch, base = seg.size, seg.last_seq, seg.last_ts, store.epoch, seg.base
+    rewritten = seg.rewritten
 
     def build() -> bytes:
         subjects = {s: names[s] for s in set(sid)}
@@ -276,9 +309,11 @@ def idx_snapshot(store: FileStore, seg: Segment) -> Callable[[], bytes]:
             ttl,
             ops,
             batches,
+            blast,
             last_seq,
             last_ts,
             epoch,
+            rewritten,
         )
 
     return build

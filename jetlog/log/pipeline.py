@@ -36,23 +36,31 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol
 
 from jetlog.errors import StorageError
 from jetlog.log.commit import (
     Job,
     JobResult,
+    OpenBatch,
     PendingBatch,
     Roll,
+    StoreSync,
     run_job,
     seal_compressed,
     seal_pending,
     start_sync,
     write_job,
 )
+from jetlog.log.replica import shift_pos
 
 if TYPE_CHECKING:
-    from jetlog.log.filestore import FileStore
+    import zstandard
+
+    from jetlog.log.index import Index
+    from jetlog.log.segment import Segment, SegmentIO
+    from jetlog.log.store import Pos
 
 log = logging.getLogger("jetlog.log.pipeline")
 
@@ -61,6 +69,34 @@ MAX_INFLIGHT = 2
 job is written)."""
 
 Records = dict[int, tuple[bytes, bytes]]  # seq → (hdr, data)
+
+
+class FlusherHost(Protocol):
+    """What the flusher uses of its ``FileStore`` (which satisfies this structurally)."""
+
+    path: str
+    _io: SegmentIO
+    _ix: Index
+    _ss: StoreSync
+    _exec: ThreadPoolExecutor
+    _compressed: bool
+    _cctx: zstandard.ZstdCompressor | None
+    _sync_interval: int
+    _failed: BaseException | None
+    _wseg: Segment
+    _queue: list[PendingBatch | Roll]
+    _rolls: int
+    _pend: Records
+    _committed: int
+    _durable: Pos
+
+    def _raise_if_failed(self) -> None: ...
+    def _has_pending(self) -> bool: ...
+    def _fail(self, exc: BaseException) -> None: ...
+    def _close_batch(self) -> OpenBatch: ...
+    def _schedule_index(self, seg: Segment) -> None: ...
+    def _track_fd(self, seg: Segment) -> None: ...
+    def _notify(self, seq: int) -> None: ...
 
 
 class Flight:
@@ -83,7 +119,7 @@ class Flusher:
     """Takes, writes and commits the jobs of one ``FileStore`` (its flusher task and pipeline).
     All of it runs on the loop."""
 
-    def __init__(self, store: FileStore, always: bool) -> None:
+    def __init__(self, store: FlusherHost, always: bool) -> None:
         self._st = store
         self._always = always
         self.flights: deque[Flight] = deque()  # taken, not committed, in job order
@@ -295,13 +331,19 @@ class Flusher:
             bpos = next(it)
             seg = act.seg
             seg.batches.append(bpos)
+            seg.blast.append(act.last_seq)  # writers and followers never queue a null batch
+            seg.table.add(bpos, len(act.parts[0]) + len(act.parts[1]), act.last_seq)
+            st._durable = (act.last_seq, act.k)
             for a, b in act.ops:
                 seg.ops.append(a)
                 seg.ops.append(b)
             seg.last_seq = act.last_seq
             seg.last_ts = act.last_ts
             if act.pos < 0 and act.nrec:
-                st._ix.set_pos(act.first_rec, act.last_rec, bpos)
+                if act.rel:
+                    shift_pos(st._ix, act.first_rec, act.last_rec, bpos)
+                else:
+                    st._ix.set_pos(act.first_rec, act.last_rec, bpos)
         for seg, size in res.sizes:
             seg.size = size  # SIZES: the committed size (``wsize`` may be ahead)
         if job.sync:

@@ -1,4 +1,5 @@
-"""Bulk reads as runs of stored records (JLR1, :mod:`jetlog.wire.rawframe`).
+"""Bulk reads: runs of stored records (JLR1, :mod:`jetlog.wire.rawframe`) and the file store's
+``iter_range`` reader (``bulk_reader``).
 
 A file store's records sit in its segment files back to back inside each batch, already in the
 wire layout with their CRCs. A read of a committed range therefore becomes: walk the index for
@@ -15,19 +16,38 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from operator import add, ne
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from crc32c import crc32c
 
 from jetlog.errors import StorageError
-from jetlog.log.segment import COMPRESSED
+from jetlog.log.segment import CHUNK, COMPRESSED
 from jetlog.log.store import StoredMsg
 from jetlog.wire import rawframe as rf
 from jetlog.wire import records as rc
+from jetlog.wire.subjects import subject_bytes
 
 if TYPE_CHECKING:
-    from jetlog.log.filestore import FileStore
-    from jetlog.log.index import Block
+    from jetlog.log.index import Block, Index
+    from jetlog.log.segment import Segment, SegmentIO
+
+
+class RawReadHost(Protocol):
+    """What the bulk readers use of a ``FileStore`` (which satisfies this structurally)."""
+
+    _io: SegmentIO
+    _ix: Index
+    _committed: int
+    _chunks: OrderedDict[tuple[int, int, int], bytes]
+
+    @property
+    def committed_seq(self) -> int: ...
+
+    def _read(self, blk: Block, i: int) -> StoredMsg: ...
+    def _open_fd(self, seg: Segment) -> int: ...
 
 
 class RawRead(NamedTuple):
@@ -41,7 +61,7 @@ class RawRead(NamedTuple):
 
 
 def _encoded(m: StoredMsg) -> bytes:
-    return rc.encode_record(m.seq, m.ts, m.subject.encode(), m.hdr, m.data)
+    return rc.encode_record(m.seq, m.ts, subject_bytes(m.subject), m.hdr, m.data)
 
 
 def runs_from_messages(msgs: Iterable[StoredMsg], start: int, stop: int, budget: int, limit: int) -> RawRead:
@@ -89,7 +109,7 @@ def _contiguous_end(blk: Block, k: int, j: int) -> int:
     return end
 
 
-def read_runs(store: FileStore, start: int, stop: int, budget: int, limit: int) -> RawRead:
+def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int) -> RawRead:
     """Committed live records ``start <= seq < stop`` of a file store as runs of stored bytes,
     at most ``budget`` frame bytes and ``limit`` records."""
     last = min(stop - 1, store.committed_seq)
@@ -150,7 +170,7 @@ def _fit(blk: Block, k: int, e: int, room: int) -> int:
     return lo
 
 
-def _pread_run(store: FileStore, blk: Block, base: int, length: int) -> tuple[bytes | memoryview, int, int]:
+def _pread_run(store: RawReadHost, blk: Block, base: int, length: int) -> tuple[bytes | memoryview, int, int]:
     """The run's bytes, and (flag, stored body CRC) when the run is exactly one whole batch body.
 
     The 64 bytes before the run are read with it: when they are the batch's header (valid
@@ -171,7 +191,7 @@ def _pread_run(store: FileStore, blk: Block, base: int, length: int) -> tuple[by
     return data, rf.RUN_WHOLE_BATCH, h.body_crc
 
 
-def _pread(store: FileStore, blk: Block, pos: int, length: int) -> bytes:
+def _pread(store: RawReadHost, blk: Block, pos: int, length: int) -> bytes:
     seg = blk.seg
     fd = seg.fd if seg.fd is not None else store._open_fd(seg)
     try:
@@ -181,3 +201,40 @@ def _pread(store: FileStore, blk: Block, pos: int, length: int) -> bytes:
     if len(data) != length:
         raise StorageError(f"short read of {seg.path} at {pos}: {len(data)} of {length} bytes")
     return data
+
+
+def bulk_reader(store: RawReadHost) -> Callable[[Block, int], StoredMsg]:
+    """``FileStore``'s reader for one bulk pass (``iter_range``): committed, uncompressed
+    records already in the chunk cache are cut straight out of it — same checks as
+    ``read_record`` (record CRC, sequence, bounds) without its per-record call layers. Anything
+    else, including every failed check, takes ``_read``, which loads the chunk or raises the
+    precise error."""
+    chunks = store._chunks
+    names = store._ix.subjects.names
+    committed = store._committed  # fixed for the pass: the pass runs without yielding the loop
+    slow = store._read
+    unpack = rc.REC.unpack_from
+    rec_size = rc.REC_SIZE
+    rf_ttl = rc.RF_TTL
+
+    def read(blk: Block, i: int) -> StoredMsg:
+        seq = blk.seqs[i]
+        aux = blk.aux[i]
+        if seq > committed or aux & COMPRESSED:
+            return slow(blk, i)
+        seg = blk.seg
+        pos = blk.pos[i]
+        c = pos // CHUNK
+        off = pos - c * CHUNK
+        buf = chunks.get((seg.base, seg.gen, c))
+        if buf is None or off + aux > len(buf):
+            return slow(blk, i)
+        crc, rseq, ts, slen, flags, _rsv, hlen, dlen = unpack(buf, off)
+        p = off + rec_size + (8 if flags & rf_ttl else 0)
+        end = p + slen + hlen + dlen
+        if rseq != seq or end > off + aux or crc32c(memoryview(buf)[off + 4 : end]) != crc:
+            return slow(blk, i)
+        h = p + slen
+        return StoredMsg(seq, names[blk.sid[i]], buf[h : h + hlen], buf[h + hlen : end], ts)
+
+    return read

@@ -39,6 +39,7 @@ import zstandard
 
 from jetlog.errors import StorageError
 from jetlog.log.index import Index
+from jetlog.log.positions import NULL_LAST
 from jetlog.log.segment import (
     Segment,
     SegmentData,
@@ -48,6 +49,7 @@ from jetlog.log.segment import (
     idx_name,
     read_file,
     seg_name,
+    seg_table,
     verify_idx,
 )
 from jetlog.wire import records as rc
@@ -71,6 +73,10 @@ class Recovered:
     last_seq: int = 0
     last_ts: int = 0
     epoch: int = 0
+
+
+PROGRESS_EVERY = 5.0
+"""Seconds between progress lines of a long recovery scan."""
 
 
 def _lose(out: Recovered, first: int, last: int) -> None:
@@ -130,7 +136,20 @@ def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1
     dctx = zstandard.ZstdDecompressor()
     bases = list_segments(path, io)
     prev_max = 0
+    started = said = time.monotonic()
     for k, base in enumerate(bases):
+        now = time.monotonic()
+        if now - said >= PROGRESS_EVERY:
+            # A long scan (many segments, verify on) says how far it is, not just nothing.
+            said = now
+            log.info(
+                "recovering %s: segment %d of %d (%.0f%%), %.0fs so far",
+                path,
+                k,
+                len(bases),
+                100 * k / len(bases),
+                now - started,
+            )
         last = k == len(bases) - 1
         upper = bases[k + 1] - 1 if not last else 0
         seg = Segment(path, base)
@@ -149,9 +168,12 @@ def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1
         seg.max_seq = data.seqs[-1] if data.seqs else 0
         seg.last_seq = max(data.last_seq, base - 1)
         seg.last_ts = data.last_ts
+        seg.table = seg_table(data)
+        seg.rewritten = data.rewritten
         if last:
             seg.ops = array("Q", data.ops)
             seg.batches = array("Q", data.batches)
+            seg.blast = array("Q", data.blast)
             seg.ttl = dict(data.ttl)
         else:
             seg.sealed = True
@@ -163,12 +185,15 @@ def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1
         out.epoch = max(out.epoch, data.epoch)
         out.segments.append(seg)
         out.datas.append(data)
+    if said != started:
+        log.info("recovered %s: %d segments in %.1fs", path, len(bases), time.monotonic() - started)
     if not bases:
         seg = Segment(path, max(first_seq, 1))
         data = SegmentData(seg.base)
         _write_empty(path, seg, io, data)
         seg.size = data.covered
         seg.batches = array("Q", data.batches)
+        seg.blast = array("Q", data.blast)
         seg.last_seq = seg.base - 1
         out.last_seq = seg.base - 1
         out.segments.append(seg)
@@ -188,6 +213,7 @@ def _write_empty(path: str, seg: Segment, io: SegmentIO, data: SegmentData) -> N
         io.close(fd)
     io.sync_dir(path)
     data.batches.append(0)
+    data.blast.append(NULL_LAST)
     data.covered = len(batch)
     data.has_batches = True
     data.last_seq = seg.base - 1
@@ -367,9 +393,11 @@ def _write_idx(seg: Segment, io: SegmentIO, d: SegmentData) -> None:
             d.ttl,
             d.ops,
             d.batches,
+            d.blast,
             d.last_seq,
             d.last_ts,
             d.epoch,
+            d.rewritten,
         ),
     )
 

@@ -14,12 +14,16 @@ Index file (little-endian; trusted only if its CRC is valid, its base matches, t
 at least ``covered`` bytes long, and every listed batch position holds a valid batch)::
 
     header (``IDX``): magic b"JLX\\x01" | crc u32 (CRC32C of every byte after this field) |
-        version u16 | flags u16 | base u64 | covered u64 (segment bytes described) |
+        version u16 (2) | flags u16 (bit 0: the segment was rewritten by compaction) |
+        base u64 | covered u64 (segment bytes described) |
         n_records u32 | n_ops u32 | n_batches u32 | n_subjects u32 | n_ttl u32 |
         last_seq u64 | last_ts i64 | epoch u64
     columns: seqs Q[n] | ts q[n] | pos I[n] | aux I[n] | size I[n] | subject index I[n] |
         ttl entry index I[n_ttl] | ttl expiry q[n_ttl] | ops Q[2*n_ops] | batch offsets Q[n_batches] |
+        batch last_seqs Q[n_batches] (``positions.NULL_LAST`` for null batches) |
         subject keys I[n_subjects] | subject lengths I[n_subjects] | subject bytes
+
+(Version 1 had no batch last_seqs; such a file is rebuilt from its segment on open.)
 
 Subject indexes are arbitrary u32 keys into the file's subject table (a writer may use its own
 subject ids, which keeps writing an index free of per-record Python work).
@@ -39,11 +43,14 @@ from typing import Any, Protocol
 
 from crc32c import crc32c
 
+from jetlog.log.positions import NULL_LAST, PosTable, is_null
 from jetlog.wire import records as rc
+from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 
 IDX = struct.Struct("<4sIHHQQIIIIIQqQ")
 IDX_MAGIC = b"JLX\x01"
-IDX_VERSION = 1
+IDX_VERSION = 2
+IDX_REWRITTEN = 0x1  # flags: compaction rewrote the segment (its batch positions changed)
 COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
 AUX_MASK = 0x7FFFFFFF
 BODY_CACHE = 8  # decompressed batch bodies a store keeps for reads
@@ -210,12 +217,15 @@ class Segment:
 
     ``nrecords``/``nlive``: records physically in the file / still live. ``min_seq``/``max_seq``:
     sequence range of its records (0 when it has none). Until the segment's index file is
-    written (``idx_ok``), ``ops``/``batches``/``ttl`` accumulate what the index will list.
+    written (``idx_ok``), ``ops``/``batches``/``blast``/``ttl`` accumulate what the index will
+    list. ``table``: its batch positions (kept for the segment's life, for replication).
+    ``rewritten``: compaction rewrote it, so positions inside it are not the original ones.
     """
 
     __slots__ = (
         "base",
         "batches",
+        "blast",
         "broken",
         "compacting",
         "dir",
@@ -230,8 +240,10 @@ class Segment:
         "nlive",
         "nrecords",
         "ops",
+        "rewritten",
         "sealed",
         "size",
+        "table",
         "ttl",
     )
 
@@ -254,7 +266,10 @@ class Segment:
         self.gen = 0
         self.ops = array("Q")
         self.batches = array("Q")
+        self.blast = array("Q")  # last_seq of each batch of ``batches`` (``NULL_LAST``: null)
         self.ttl: dict[int, int] = {}
+        self.table = PosTable()
+        self.rewritten = False
 
     @property
     def path(self) -> str:
@@ -285,6 +300,8 @@ class SegmentData:
         self.ttl: dict[int, int] = {}  # seq -> expiry
         self.ops = array("Q")  # flat (first, last) pairs
         self.batches = array("Q")
+        self.blast = array("Q")  # last_seq per batch (``NULL_LAST`` for a null batch)
+        self.rewritten = False
         self.covered = 0
         self.last_seq = base - 1
         self.last_ts = 0
@@ -320,17 +337,14 @@ class SegmentData:
                     self.pos.append(off + rc.HEADER_SIZE + m.off)
                     self.aux.append(m.length)
                 self.size.append(file_msg_size(len(m.subject), m.hdr_len, m.data_len))
-                try:
-                    subject = m.subject.decode()
-                except UnicodeDecodeError as exc:
-                    raise rc.BatchError(off, "subject is not utf-8", torn=False) from exc
-                self.lsid.append(self.subject_index(subject))
+                self.lsid.append(self.subject_index(subject_from_bytes(m.subject)))
                 if m.ttl:
                     self.ttl[m.seq] = m.ttl
             for a, b in rc.decode_ops(body, h):
                 self.ops.append(a)
                 self.ops.append(b)
             self.batches.append(off)
+            self.blast.append(NULL_LAST if is_null(h) else h.last_seq)
             self.last_seq = max(self.last_seq, h.last_seq)
             self.last_ts = h.last_ts
             self.epoch = max(self.epoch, h.epoch)
@@ -361,9 +375,11 @@ def encode_idx(
     ttl: dict[int, int],
     ops: array[int],
     batches: array[int],
+    blast: array[int],
     last_seq: int,
     last_ts: int,
     epoch: int,
+    rewritten: bool = False,
 ) -> bytes:
     """Serialize an index file."""
     n = len(seqs)
@@ -377,7 +393,7 @@ def encode_idx(
                 ttl_idx.append(i)
                 ttl_exp.append(exp)
     keys = array("I", subjects.keys())
-    raw = [s.encode() for s in subjects.values()]
+    raw = [subject_bytes(s) for s in subjects.values()]
     lens = array("I", [len(b) for b in raw])
     body = b"".join(
         [
@@ -391,6 +407,7 @@ def encode_idx(
             _le(ttl_exp),
             _le(ops),
             _le(batches),
+            _le(blast),
             _le(keys),
             _le(lens),
             *raw,
@@ -400,7 +417,7 @@ def encode_idx(
         IDX_MAGIC,
         0,
         IDX_VERSION,
-        0,
+        IDX_REWRITTEN if rewritten else 0,
         base,
         covered,
         n,
@@ -424,7 +441,7 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
         magic,
         crc,
         version,
-        _flags,
+        flags,
         ibase,
         covered,
         n,
@@ -466,10 +483,11 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
         ttl_exp = take("q", n_ttl)
         d.ops = take("Q", 2 * n_ops)
         d.batches = take("Q", n_batches)
+        d.blast = take("Q", n_batches)
         keys = take("I", n_subj)
         lens = take("I", n_subj)
         for key, ln in zip(keys, lens, strict=True):
-            name = buf[p : p + ln].decode()
+            name = subject_from_bytes(bytes(buf[p : p + ln]))
             d.subjects[key] = name
             d._subj_ix[name] = key
             p += ln
@@ -484,15 +502,17 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
     d.last_ts = last_ts
     d.epoch = epoch
     d.has_batches = bool(n_batches)
+    d.rewritten = bool(flags & IDX_REWRITTEN)
     return d
 
 
 def verify_idx(d: SegmentData, buf: bytes, *, check_crc: bool) -> bool:
-    """True if the index's batch offsets tile ``buf[:covered]`` exactly with valid batches."""
+    """True if the index's batch offsets tile ``buf[:covered]`` exactly with valid batches
+    whose last sequences it lists."""
     if d.covered > len(buf):
         return False
     p = 0
-    for off in d.batches:
+    for off, last in zip(d.batches, d.blast, strict=True):
         if off != p:
             return False
         try:
@@ -501,5 +521,12 @@ def verify_idx(d: SegmentData, buf: bytes, *, check_crc: bool) -> bool:
                 rc.check_body(buf, off, h)
         except rc.BatchError:
             return False
+        if last != (NULL_LAST if is_null(h) else h.last_seq):
+            return False
         p = off + h.size
     return p == d.covered
+
+
+def seg_table(d: SegmentData) -> PosTable:
+    """The position table of a segment described by ``d``."""
+    return PosTable.from_batches(d.batches, d.blast, d.covered)

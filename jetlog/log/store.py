@@ -24,11 +24,13 @@ Implementations (``jetlog.log``) and what they add beyond this protocol:
   failure). ``syncer``: who runs fsyncs — ``"helper"`` (a helper process shared by the stores
   of the loop, ``jetlog.log.syncer``), ``"thread"`` or a ``SyncService``.
   Extras: ``recovery`` (the ``RecoveryReport`` of this open), ``failed`` (the I/O error that
-  fenced the store, or None), ``epoch`` (leader epoch stamped on new batches; settable),
+  fenced the store, or None), ``epoch`` (leader epoch stamped on new batches; settable, but a
+  leader uses ``begin_epoch``),
   ``await compact()`` (run retention and compaction now), ``segments``, ``maintenance``,
   ``syncer``, ``syncs`` (segment fdatasyncs done by the commit path).
-- ``MemStore(first_seq=1)`` (or ``await MemStore.open(first_seq=1)``): commits are reported
-  on the next loop iteration after a mutation.
+- ``MemStore(first_seq=1, replicated=False)`` (or ``await MemStore.open(first_seq=1)``):
+  commits are reported on the next loop iteration after a mutation.
+- Both implement ``ReplicaLog`` (below; the memory store only with ``replicated=True``).
 - A failed store (write or fsync error) raises ``StreamUnavailableError`` on every mutation and
   on ``flush``; reads keep working. Reads raise ``CorruptSegmentError`` rather than return
   bytes whose record CRC does not match.
@@ -39,6 +41,8 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, Protocol
+
+from jetlog.errors import StorageError
 
 
 class StoredMsg(NamedTuple):
@@ -235,4 +239,175 @@ class MsgStore(Protocol):
 
     async def destroy(self) -> None:
         """Close and delete all files of this store."""
+        ...
+
+
+# ---- replication ------------------------------------------------------------------------------
+
+Pos = tuple[int, int]
+"""Position of a batch in a store's log: ``(last_seq of the batch, k)``, where ``k`` counts the
+earlier batches of the log with the same ``last_seq`` (only batches holding nothing but removal
+ops share one). Positions increase strictly along the log; replicas holding the same batches
+agree on them. ``(F - 1, -1)`` is the position before every batch of a log whose first segment
+starts at sequence ``F`` (a fresh store with ``first_seq=F``, or what retention left)."""
+
+NO_FLOOR = 1 << 64
+"""``compact_floor`` meaning "no limit" (the default)."""
+
+
+class ReplicaRead(NamedTuple):
+    """One answer of ``read_batches``.
+
+    Whole batches (``size == 0``): ``data`` is ``nbatches`` stored batches, verbatim and back to
+    back; ``last`` is the position of the last one (the requested ``after`` when ``nbatches``
+    is 0: nothing follows it yet).
+
+    A chunk (``size > 0``): the batch after ``after`` alone is larger than ``max_bytes`` (or the
+    caller asked for an ``offset`` inside it). ``data`` is its bytes ``[offset, offset +
+    len(data))``, ``size`` its full stored size and ``last`` its position; ``nbatches`` is 0. The
+    reader asks again with the same ``after`` and ``offset + len(data)`` until it holds all
+    ``size`` bytes, then appends the reassembled batch (``complete``).
+    """
+
+    data: bytes
+    nbatches: int
+    last: Pos
+    offset: int = 0
+    size: int = 0
+
+    @property
+    def partial(self) -> bool:
+        """True when ``data`` is a chunk of one batch rather than whole batches."""
+        return self.size > 0
+
+    @property
+    def complete(self) -> bool:
+        """True when this chunk is the last one of its batch (always True for whole batches)."""
+        return self.size == 0 or self.offset + len(self.data) == self.size
+
+
+class ReplicaError(StorageError):
+    """A replication primitive was used in a way the log cannot serve."""
+
+
+class OutOfRangeError(ReplicaError):
+    """The requested position is below the first batch this store still holds (retention
+    deleted it, or it lies in a segment compaction rewrote). ``start`` is this store's start
+    position: a follower resets to ``start[0] + 1`` and fetches from there."""
+
+    def __init__(self, pos: Pos, start: Pos) -> None:
+        self.pos = pos
+        self.start = start
+        super().__init__(f"position {pos} is below the start of the log {start}")
+
+
+class PositionError(ReplicaError):
+    """``pos`` is not a position of this log: beyond its end (``end``), or no batch ends there
+    (a different history, or the middle of a batch)."""
+
+    def __init__(self, pos: Pos, end: Pos, reason: str) -> None:
+        self.pos = pos
+        self.end = end
+        super().__init__(f"position {pos} is not in this log (end {end}): {reason}")
+
+
+class BatchInputError(ReplicaError):
+    """``append_batches`` got bytes it cannot append (damaged, malformed, not continuing the
+    log); nothing was applied. ``offset`` is where in the input the problem is."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"cannot append replicated batches (input offset {offset}): {reason}")
+
+
+class EpochError(ReplicaError):
+    """``begin_epoch`` with an epoch not above the latest known one."""
+
+
+class ReplicaLog(Protocol):
+    """The storage primitives of leader/follower replication (``docs/cluster.md`` §3-§4).
+
+    Implemented by ``FileStore`` and by ``MemStore(replicated=True)``. A store is used either as
+    a *writer* (``append``/``remove``/``purge``/``skip``: a leader or a standalone stream) or as
+    a *replica* (``append_batches``: a follower); the owner switches roles (``seal`` before
+    appending replicated batches). Both roles share the group commit, ``committed_seq`` and the
+    commit listeners.
+
+    The log is a sequence of record batches (``jetlog.wire.records``): records and removal ops,
+    stamped with the epoch of the leader that wrote them. Batches are stored and shipped
+    verbatim, so every replica holds the same bytes at the same positions (``Pos``).
+    """
+
+    compact_floor: int
+    """Compaction never rewrites a segment whose last sequence is ≥ this (``NO_FLOOR``: no
+    limit). Retention of a dead prefix is still allowed. Positions a follower may still fetch
+    then never change. A follower that may be truncated should keep it at or below the
+    sequence it can be truncated to (its high-water mark): a rewritten region can no longer be
+    truncated into."""
+
+    max_batch_bytes: int
+    """The writer cuts batches so their stored size (header, records and ops, before
+    compression) stays within this; a single larger record is a batch of its own."""
+
+    def log_end(self) -> Pos:
+        """Position of the last batch sealed or queued, durable or not (the start position
+        when the log holds no batch)."""
+        ...
+
+    def durable_end(self) -> Pos:
+        """Position of the last batch of the last group commit (memory: ``log_end``)."""
+        ...
+
+    def seal(self) -> Pos:
+        """Close the batch being filled now (its records become a batch ``read_batches`` can
+        ship at once, without waiting for the flusher); return ``log_end()``."""
+        ...
+
+    def read_batches(self, after: Pos, max_bytes: int, offset: int = 0, max_raw: int = 0) -> ReplicaRead:
+        """The stored bytes of the whole batches following ``after``, at most ``max_bytes``
+        (batches not yet written are served from memory). When the first one alone is larger,
+        or ``offset`` > 0, a chunk of it (see ``ReplicaRead``). ``max_raw`` > 0 also bounds
+        the whole batches' size once decompressed (at least one batch is returned): it bounds
+        the reader's ``append_batches`` work when compression ratios are high. Raises
+        ``OutOfRangeError`` below the start, ``PositionError`` for a position not in this log.
+        Bounded work: at most ``max_bytes`` read."""
+        ...
+
+    def append_batches(self, data: builtins.bytes) -> Pos:
+        """Follower side: append whole batches read from a leader, verbatim, and return the new
+        ``log_end()``. Every batch is verified (header and body CRC, layout) and must continue
+        the log (``base_seq == last_seq``); records and ops are applied to the index exactly as
+        recovery would. Durable through the group commit (``flush``, ``committed_seq``,
+        listeners). Raises ``BatchInputError`` and applies nothing when any batch is bad.
+        Synchronous: its loop time grows with the records in ``data`` (about 1.5-3 us each
+        here), which the reader bounds with ``read_batches``' ``max_bytes``/``max_raw``."""
+        ...
+
+    async def truncate(self, to: Pos) -> None:
+        """Durably remove every batch after ``to`` (a batch position of this log, or the start
+        position): the store is then exactly what it was when ``to`` was its end (removals in
+        the removed batches are undone). The epoch checkpoint loses the epochs starting at or
+        after ``to``. ``committed_seq`` may go down; listeners are not called."""
+        ...
+
+    def epochs(self) -> list[tuple[int, Pos]]:
+        """The epoch checkpoint: ``(epoch, start)`` pairs, ``start`` being ``log_end()`` when the
+        epoch began (its batches follow ``start``). A store with batches but no checkpoint (a
+        single-node history) has epoch 0 starting at the start of the log."""
+        ...
+
+    async def begin_epoch(self, epoch: int) -> None:
+        """Leader: seal, stamp ``epoch`` on every later batch and record ``(epoch, log_end())``
+        durably. ``EpochError`` unless ``epoch`` is above every known epoch."""
+        ...
+
+    def epoch_end(self, epoch: int) -> tuple[int, Pos]:
+        """KIP-279: ``(e, end)`` for the largest known epoch ``e <= epoch``, where ``end`` is the
+        start of the next known epoch (``log_end()`` if ``e`` is the latest); ``(-1, start of
+        the log)`` when no known epoch is ``<= epoch``."""
+        ...
+
+    async def reset(self, first_seq: int) -> None:
+        """Wipe everything (batches, indexes, epochs) and continue empty at ``first_seq``."""
         ...

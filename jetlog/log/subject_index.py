@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 
-from jetlog.wire.subjects import Sublist, is_literal, matches
+from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
 
 _FILTER_CACHE_MAX = 64
 
@@ -40,7 +40,7 @@ class Subjects:
         sid = len(self.names)
         self.ids[subject] = sid
         self.names.append(subject)
-        self.raw.append(subject.encode())
+        self.raw.append(subject_bytes(subject))
         self.seqs.append(array("Q"))
         self.head.append(0)
         if self._filters:

@@ -41,6 +41,7 @@ Helper failure:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import errno
 import itertools
@@ -49,6 +50,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -56,6 +58,7 @@ from typing import Protocol
 from jetlog.log import syncworker as wire
 from jetlog.log.helperproc import HelperProcess
 from jetlog.log.segment import SegmentIO
+from jetlog.log.syncledger import LEDGER
 
 log = logging.getLogger("jetlog.log.syncer")
 
@@ -140,25 +143,45 @@ class _Handle:
     """A registered fd. ``fd`` is our duplicate: closed once forgotten *and* idle, so a running
     sync (thread fallback) never touches a closed or reused fd number."""
 
-    __slots__ = ("fd", "forgotten", "inflight")
+    __slots__ = ("fd", "forgotten", "inflight", "path")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.inflight = 0
         self.forgotten = False
+        self.path: str | None = None  # test-only sync ledger (syncledger.py); None when off
+
+
+class SyncLatency:
+    """Cumulative histogram of file-data sync latencies (request to answer), read by the
+    metrics collector at scrape time. Bounds in seconds."""
+
+    BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BOUNDS) + 1)  # the last one: above every bound
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one sync that took ``seconds``."""
+        self.total += seconds
+        self.counts[bisect.bisect_left(self.BOUNDS, seconds)] += 1
 
 
 class _Req:
     """One sync request (awaited through ``fut``)."""
 
-    __slots__ = ("fut", "h", "handle", "op", "rid")
+    __slots__ = ("fut", "h", "handle", "op", "rid", "size", "t0")
 
     def __init__(self, rid: int, op: int, handle: int, h: _Handle, fut: asyncio.Future[None]) -> None:
+        self.t0 = time.monotonic()
         self.rid = rid
         self.op = op
         self.handle = handle
         self.h = h
         self.fut = fut
+        # Test-only sync ledger: the file size when requested = what this sync makes durable.
+        self.size = os.fstat(h.fd).st_size if h.path is not None else 0
 
 
 # Syncer states
@@ -186,6 +209,7 @@ class Syncer:
         self._retry_at = math.inf
         self._inject = (0, 0)  # (errno, count) for the thread fallback / the next helper
         self.stats = {"syncs": 0, "errors": 0, "restarts": 0, "reissued": 0, "fallbacks": 0, "threaded": 0}
+        self.latency = SyncLatency()  # fdatasyncs (commits and rolls), not directory fsyncs
 
     # ---- public ---------------------------------------------------------------------------
     @property
@@ -203,6 +227,9 @@ class Syncer:
             raise RuntimeError("syncer is closed")
         handle = next(self._handle_ids)
         h = self._handles[handle] = _Handle(os.dup(fd))
+        if LEDGER is not None and (path := LEDGER.path_of(fd)) is not None:
+            h.path = path
+            LEDGER.note("R", os.fstat(fd).st_size, path)
         if self._helper is not None:
             self._helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
         return handle
@@ -272,10 +299,14 @@ class Syncer:
             self.stats["syncs"] += 1
             if err:
                 self.stats["errors"] += 1
+            elif req.op != wire.OP_FSYNC:
+                self.latency.observe(time.monotonic() - req.t0)
         if not req.fut.done():  # done: the awaiting task was cancelled
             if err:
                 req.fut.set_exception(OSError(err, f"{os.strerror(err)} (reported by {via})"))
             else:
+                if req.h.path is not None and LEDGER is not None:
+                    LEDGER.note("S", req.size, req.h.path)  # before anything it covers is acked
                 req.fut.set_result(None)
         h = req.h
         h.inflight -= 1
@@ -428,6 +459,12 @@ class Syncer:
 
 _registry: dict[asyncio.AbstractEventLoop, Syncer] = {}
 _registry_lock = threading.Lock()  # loops may run in different threads
+
+
+def current_syncer() -> Syncer | None:
+    """The running loop's ``Syncer`` if one was started (metrics read its figures)."""
+    with _registry_lock:
+        return _registry.get(asyncio.get_running_loop())
 
 
 def acquire_syncer() -> Syncer:

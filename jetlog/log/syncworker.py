@@ -209,8 +209,11 @@ class Worker:
 
 
 def main(argv: list[str]) -> None:
-    # Ctrl-C in a terminal signals the whole process group: the server decides when we stop.
+    # Ctrl-C in a terminal, or a SIGTERM to the whole process group (kill -- -PGID, make run):
+    # the server decides when we stop. We exit on EOF of the socket, i.e. when the server closes
+    # it or dies, so ignoring these cannot leave us behind.
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
     sock = _socket.socket(fileno=int(argv[1]))
     sock.setblocking(True)
     w = Worker(sock)

@@ -8,6 +8,7 @@ On jetlog, ``$JETLOG.API.OFFSETS`` answers for many streams in one round trip an
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 
 from jetlog.spark.fetch import (
@@ -18,13 +19,23 @@ from jetlog.spark.fetch import (
     bulk_request,
     stream_info_position,
 )
-from jetlog.spark.natsio import Connection, NatsError
+from jetlog.spark.natsio import Connection, NatsError, NatsTimeout
 from jetlog.spark.offsets import DataLossError, StreamPosition, canonical, resolve_spec
 from jetlog.spark.options import LATEST, SourceOptions
 from jetlog.wire import columnar
 from jetlog.wire.timefmt import format_time
 
 OFFSETS_SUBJECT = "$JETLOG.API.OFFSETS"
+OFFSETS_ATTEMPT_S = 5.0
+"""One OFFSETS attempt's wait; retried until the source's request timeout."""
+
+
+class Unavailable(NatsError):
+    """jetlog answered that a stream's replicas are unavailable right now (retriable)."""
+
+
+class _NotJetlog(Exception):
+    """No responder: a plain nats-server."""
 
 
 class Meta:
@@ -43,22 +54,39 @@ class Meta:
             return {}
         timeout = self.opts.request_timeout_s
         if self.jetlog_api is not False:
-            m = self.conn.request_json(OFFSETS_SUBJECT, {"streams": names}, timeout)
-            if m.status == 503:
-                if self.opts.fetch == "bulk":
-                    raise BulkUnavailable(f"no responder for {OFFSETS_SUBJECT} (fetch=bulk needs jetlog)")
-                self.jetlog_api = False
-            elif m.status:
-                raise NatsError(f"{OFFSETS_SUBJECT}: status {m.status} {m.description}")
-            else:
-                self.jetlog_api = True
-                return self._parse_offsets(m.data, names)
+            # Retried within the request timeout: during a cluster failover the node that took
+            # the request may die, or no replica of a stream may answer it yet (503 body).
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    return self._offsets(names, max(0.1, min(left, OFFSETS_ATTEMPT_S)))
+                except (NatsTimeout, Unavailable):
+                    if deadline - time.monotonic() <= 0:
+                        raise
+                    time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                except _NotJetlog:
+                    break
         return {s: stream_info_position(self.conn, s, timeout) for s in names}
+
+    def _offsets(self, names: list[str], timeout: float) -> dict[str, StreamPosition | None]:
+        m = self.conn.request_json(OFFSETS_SUBJECT, {"streams": names}, timeout)
+        if m.status == 503:
+            if self.opts.fetch == "bulk":
+                raise BulkUnavailable(f"no responder for {OFFSETS_SUBJECT} (fetch=bulk needs jetlog)")
+            self.jetlog_api = False
+            raise _NotJetlog
+        if m.status:
+            raise NatsError(f"{OFFSETS_SUBJECT}: status {m.status} {m.description}")
+        self.jetlog_api = True
+        return self._parse_offsets(m.data, names)
 
     @staticmethod
     def _parse_offsets(data: bytes, names: list[str]) -> dict[str, StreamPosition | None]:
         r = json.loads(data)
         if "error" in r:
+            if r["error"].get("code") == 503:
+                raise Unavailable(f"{OFFSETS_SUBJECT}: {r['error']}")
             raise NatsError(f"{OFFSETS_SUBJECT}: {r['error']}")
         found = r.get("streams") or {}
         out: dict[str, StreamPosition | None] = {}

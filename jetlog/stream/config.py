@@ -250,8 +250,23 @@ def normalize_stream_config(
         if req.allow_atomic:
             raise _cfg_error("async persist mode is not supported with atomic batch publish")
 
-    # nats-server validates mirror and source definitions here; jetlog has neither yet.
+    # nats-server validates mirror and source definitions here; jetlog has neither yet, and
+    # refuses them after nats-server's first mirror checks (so those errors stay the same).
     if req.mirror is not None:
+        if req.first_seq > 0:
+            raise E.MIRROR_WITH_FIRST_SEQ()
+        if req.subjects:
+            raise E.MIRROR_WITH_SUBJECTS()
+        if sources:
+            raise E.MIRROR_WITH_SOURCES()
+        if req.allow_msg_counter:
+            raise E.MIRROR_WITH_COUNTERS()
+        if req.allow_atomic:
+            raise E.MIRROR_WITH_ATOMIC_PUBLISH()
+        if req.allow_batched:
+            raise E.MIRROR_WITH_BATCH_PUBLISH()
+        if req.allow_msg_schedules:
+            raise E.MIRROR_WITH_MSG_SCHEDULES()
         raise _cfg_error(MIRRORS_UNSUPPORTED)
     if sources:
         raise _cfg_error(SOURCES_UNSUPPORTED)

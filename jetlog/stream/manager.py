@@ -22,7 +22,7 @@ import msgspec
 
 from jetlog.errors import JetlogError, StorageError
 from jetlog.log.store import MsgStore
-from jetlog.stream.stream import Outbound, Stream
+from jetlog.stream.stream import FOLLOWER, Outbound, Stream
 from jetlog.wire.subjects import collide
 
 log = logging.getLogger("jetlog.streams")
@@ -207,6 +207,61 @@ class StreamManager:
             await asyncio.to_thread(shutil.rmtree, os.path.join(self.root, name), True)
             return True
 
+    # ---- replicas (cluster: the reconciler decides what this node holds) --------------------
+
+    def local_names(self) -> list[str]:
+        """Streams with metadata on this node's disk (open or not)."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if os.path.isfile(os.path.join(self.root, n, "stream.json")))
+
+    async def open_replica(self, config: Any, created: int, *, role: str = FOLLOWER) -> tuple[Stream, bool]:
+        """Open this node's replica of a stream (creating it empty if absent) without
+        attaching consumers; returns (stream, whether data was already on disk)."""
+        async with self._lock:
+            existing = self.streams.get(config.name)
+            if existing is not None:
+                return existing, True
+            sdir = os.path.join(self.root, config.name)
+            had = await asyncio.to_thread(os.path.isfile, os.path.join(sdir, "stream.json"))
+            await asyncio.to_thread(os.makedirs, sdir, exist_ok=True)
+            await self._write_meta(config, created)
+            store = await self._open_store(config, replicated=True)
+            stream = Stream(config, store, created, self.out, domain=self.domain)
+            await stream.start(role, None)
+            self.streams[config.name] = stream
+            self.offline.pop(config.name, None)
+            self._subscribe(stream)
+            await self.capture.flush()
+            return stream, had
+
+    async def update_replica(self, stream: Stream, config: Any) -> None:
+        """Apply a config the metadata changed (every replica; the leader enforces limits)."""
+        async with self._lock:
+            await self._write_meta(config, stream.created)
+            old_subjects = list(stream.config.subjects or ())
+            stream.update_config(config)
+            if list(config.subjects or ()) != old_subjects:
+                self._unsubscribe(stream.name)
+                self._subscribe(stream)
+                await self.capture.flush()
+
+    async def attach(self, stream: Stream) -> None:
+        """Give a (new) writer its consumers, recovered from its consumer log."""
+        if self.attach_consumers is not None and stream.consumers is None:
+            await self.attach_consumers(stream, self._consumer_dir(stream.config))
+
+    async def detach(self, stream: Stream) -> None:
+        """Stop a former writer's consumers (their state stays in the log)."""
+        cset, stream.consumers = stream.consumers, None
+        if cset is not None:
+            await cset.close()
+
+    def _consumer_dir(self, config: Any) -> str | None:
+        return None if config.storage == "memory" else os.path.join(self.root, config.name, "consumers")
+
     # ---- internals ------------------------------------------------------------------------
 
     async def _write_meta(self, config: Any, created: int) -> None:
@@ -220,16 +275,19 @@ class StreamManager:
         await stream.start()
         if self.attach_consumers is not None:
             # Consumer state lives beside the log (memory streams keep none on disk).
-            cdir = None if config.storage == "memory" else os.path.join(self.root, config.name, "consumers")
-            await self.attach_consumers(stream, cdir)
+            await self.attach_consumers(stream, self._consumer_dir(config))
         return stream
 
-    async def _open_store(self, config: Any) -> MsgStore:
+    async def _open_store(self, config: Any, replicated: bool = False) -> MsgStore:
         from jetlog.log import FileStore, MemStore
 
         first_seq = getattr(config, "first_seq", None) or 1
         if config.storage == "memory":
-            return MemStore(first_seq=first_seq)
+            return (
+                MemStore(first_seq=first_seq, replicated=True)
+                if replicated
+                else MemStore(first_seq=first_seq)
+            )
         st = self.storage
         return await FileStore.open(
             os.path.join(self.root, config.name, "log"),

@@ -26,10 +26,11 @@ from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.stream.dedup import DedupWindow
+from jetlog.stream.limits import StreamLimits
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
 from jetlog.wire import headers as H
 from jetlog.wire.subjects import matches
-from jetlog.wire.timefmt import format_duration, format_time
+from jetlog.wire.timefmt import format_time
 
 if TYPE_CHECKING:
     from jetlog.consumer.manager import ConsumerSet
@@ -50,20 +51,58 @@ class Outbound(Protocol):
 StoredListener = Callable[[int, str], None]
 """Called with (seq, subject) after a message is stored (consumers will hook in here)."""
 
+CommitListener = Callable[[int], None]
+"""Called with the new committed sequence whenever it advances."""
+
+STANDALONE, LEADER, FOLLOWER = "standalone", "leader", "follower"
+
+
+class Replication(Protocol):
+    """The cluster's side of a replicated stream (the seam ``stream/`` sees; ``cluster/``
+    implements it). A standalone stream has none: committed = the store's durable sequence."""
+
+    def on_durable(self, seq: int) -> None:
+        """The local store made everything up to ``seq`` durable (called from its commit
+        listener). The replication side computes the committed mark and calls
+        :meth:`Stream.advance` when it moves."""
+        ...
+
+    def publish_error(self) -> ApiError | None:
+        """An error to answer a publish with right now (too few in-sync replicas), or None
+        when the leader may append."""
+        ...
+
+    async def sync(self) -> None:
+        """Wait until everything stored so far is durable on every in-sync replica."""
+        ...
+
+    def fenced(self) -> bool:
+        """True while this replica must not act as the leader (it lost the Raft group: another
+        node may lead by now). Publishes are then dropped without an answer — the real leader
+        answers them."""
+        ...
+
+    def deliveries_held(self) -> bool:
+        """True while consumer deliveries must wait: the leader has no sign that it still
+        leads (no in-sync follower has fetched from it for a while — they may follow another
+        leader by now, which delivers in its place)."""
+        ...
+
 
 class StreamStats:
     """Plain counters (cheap to bump per message; exported by the metrics collector)."""
 
-    __slots__ = ("duplicates", "received", "rejected", "stored")
+    __slots__ = ("duplicates", "pubacks", "received", "rejected", "stored")
 
     def __init__(self) -> None:
+        self.pubacks = 0  # PubAcks issued (each sent once its message is committed)
         self.received = 0
         self.stored = 0
         self.duplicates = 0
         self.rejected = 0
 
 
-class Stream:
+class Stream(StreamLimits):
     """A stream: configuration, store, duplicate window, expiry, and the publish pipeline."""
 
     def __init__(
@@ -99,15 +138,76 @@ class Stream:
         self._expiry_task: asyncio.Task[None] | None = None
         self._expiry_idle = False
         self._last_ts = 0
+        self.role = STANDALONE
+        self.repl: Replication | None = None
+        self._committed = store.committed_seq
+        self._commit_listeners: list[CommitListener] = []
         store.add_commit_listener(self._on_commit)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Rebuild derived state after (re)opening the store and start background expiry."""
+    async def start(self, role: str = STANDALONE, repl: Replication | None = None) -> None:
+        """Rebuild derived state after (re)opening the store and, unless this replica follows
+        a leader, start background expiry and enforce limits.
+
+        A follower only stores what its leader sends (deletes, limits and expiry arrive as ops
+        in the leader's batches), so it runs none of the writer's background work.
+        """
+        self.role = role
+        self.repl = repl
+        # A replica of a replicated stream does not know what is committed until its leader
+        # says so: its own durable end may hold entries that were never committed (and may be
+        # truncated). Taking it for the committed mark would let a later leadership of this
+        # node acknowledge new messages at those sequences without replicating them.
+        self._committed = self.store.committed_seq if role == STANDALONE else 0
+        if role != FOLLOWER:
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        self._rebuild_derived()
+        self.enforce_limits()
+        self._expiry_task = asyncio.create_task(self._expiry_loop(), name=f"expiry:{self.name}")
+        self._expiry_task.add_done_callback(_log_task_failure)
+
+    def deliveries_held(self) -> bool:
+        """Whether consumer deliveries must wait (see ``Replication.deliveries_held``)."""
+        return self.repl is not None and self.repl.deliveries_held()
+
+    async def promote(self, epoch: int, repl: Replication) -> None:
+        """Become the writer (stream leader) at ``epoch``: stamp new batches with it, rebuild
+        the state only a writer keeps (duplicate window, last msg id, TTL timers) from the
+        log, and start expiry."""
+        await self._stop_expiry()
+        begin = getattr(self.store, "begin_epoch", None)
+        if begin is not None:
+            await begin(epoch)
+        self.repl = repl
+        self.role = LEADER
+        self._start_writer()
+
+    async def demote(self, repl: Replication | None) -> None:
+        """Stop writing (another replica leads now). Acks still queued are dropped: their
+        messages may be truncated by the new leader, and their clients retry (``Nats-Msg-Id``
+        makes the retry safe)."""
+        # Drop the queued acks before anything can await: a group commit completing in the
+        # await below must not confirm them (chaos finding 8: a resumed stale leader's local
+        # fsync released PubAcks naming sequences the new leader then reused).
+        self.role = FOLLOWER
+        self.repl = repl
+        dropped = len(self._pending)
+        self._pending.clear()
+        if dropped:
+            log.info("stream %s: no longer leader, %d unconfirmed acks dropped", self.name, dropped)
+        await self._stop_expiry()
+        seal = getattr(self.store, "seal", None)
+        if seal is not None:
+            seal()  # the writer's open batch becomes a batch of the log (truncated if it diverged)
+
+    def _rebuild_derived(self) -> None:
         st = self.store.state()
         self._last_ts = st.last_ts
         now = self.clock()
+        self.dedup = DedupWindow(self.config.duplicate_window or 0)
         window = self.policy.duplicate_window
         if window > 0 and st.messages:
             # Rebuild the duplicate window from the messages stored within it (nats-server
@@ -125,25 +225,21 @@ class Stream:
         last = self.store.load(st.last_seq) if st.last_seq else None
         if last is not None:
             self.last_msg_id = H.get(last.hdr, H.MSG_ID) or ""
+        self._ttl_heap.clear()
         for seq, expires in self.store.ttl_entries():
             heapq.heappush(self._ttl_heap, (expires, seq))
-        self.enforce_limits()
-        self._expiry_task = asyncio.create_task(self._expiry_loop(), name=f"expiry:{self.name}")
-        self._expiry_task.add_done_callback(_log_task_failure)
 
     async def close(self) -> None:
         """Stop background work, flush and close the store."""
         if self.closed:
             return
         self.closed = True
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry_task
+        await self._stop_expiry()
         if self.consumers is not None:
             await self.consumers.close()
         await self.store.close()
-        self._flush_pending(self.store.committed_seq)
+        if self.role == STANDALONE:
+            self._flush_pending(self.store.committed_seq)
 
     async def destroy(self) -> None:
         """Delete the stream's consumers (waiting pulls get ``409 Consumer Deleted``) and data."""
@@ -158,9 +254,85 @@ class Stream:
         """Number of consumers."""
         return len(self.consumers.consumers) if self.consumers is not None else 0
 
+    @property
+    def committed_seq(self) -> int:
+        """The highest sequence readers may see and acks may confirm: the store's durable
+        sequence on a standalone stream, the replicated high-water mark on a leader, and
+        ``min(leader HW, own durable end)`` on a follower."""
+        return self._committed
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """Be told whenever ``committed_seq`` advances (consumers)."""
+        self._commit_listeners.append(listener)
+
+    def advance(self, committed: int) -> None:
+        """Move the committed mark (called by the replication side; standalone streams do it
+        from the store's commit listener). Never moves backwards."""
+        if committed <= self._committed:
+            return
+        self._committed = committed
+        self._flush_pending(committed)
+        for fn in self._commit_listeners:
+            try:
+                fn(committed)
+            except Exception:  # one listener's bug must not stop acks for the others
+                log.exception("stream %s: commit listener failed", self.name)
+
+    def clamp_committed(self) -> None:
+        """After a truncation or reset of this replica's log: the committed mark never points
+        past what the log holds (the truncated entries were never committed, and their
+        sequences will be reused by the leader's entries)."""
+        last = self.store.last_seq
+        if self._committed > last:
+            self._committed = last
+
+    async def wait_committed(self, timeout: float = 5.0) -> None:
+        """Wait until everything stored so far is committed (bounded; reads call this so they
+        show exactly the committed state without hiding a message one commit away)."""
+        target = self.store.last_seq
+        if self._committed >= target:
+            return
+        if self.repl is None:
+            await self.store.flush()
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def check(c: int) -> None:
+            if c >= target and not fut.done():
+                fut.set_result(None)
+
+        self._commit_listeners.append(check)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, timeout)
+        finally:
+            self._commit_listeners.remove(check)
+
+    async def sync(self) -> None:
+        """Wait until every mutation so far (removals included) is durable: on this node when
+        standalone, on every in-sync replica when replicated (API changes such as purge and
+        message delete answer after this)."""
+        if self.repl is None:
+            await self.store.flush()
+        else:
+            await self.repl.sync()
+
+    def append_verbatim(self, data: bytes) -> Any:
+        """Follower: store the leader's batches exactly as they are (records and removal ops);
+        returns the new log-end position. Durable at the next group commit."""
+        pos = self.store.append_batches(data)  # type: ignore[attr-defined]
+        self._last_ts = self.store.state().last_ts
+        return pos
+
     def add_stored_listener(self, listener: StoredListener) -> None:
-        """Be told of each stored message (consumers)."""
+        """Be told of each stored message (consumers, a replication leader)."""
         self._stored_listeners.append(listener)
+
+    def remove_stored_listener(self, listener: StoredListener) -> None:
+        """Undo :meth:`add_stored_listener`."""
+        if listener in self._stored_listeners:
+            self._stored_listeners.remove(listener)
 
     def set_interest_check(self, check: Callable[[str], bool] | None) -> None:
         """For interest retention: does any consumer want messages on this subject?"""
@@ -175,6 +347,8 @@ class Stream:
         self.dedup.set_window(self.policy.duplicate_window)
         if self.consumers is not None:
             self.set_interest_check(self.consumers.interested if self.policy.interest else None)
+        if self.role == FOLLOWER:
+            return  # limits and expiry are the leader's: their removals arrive as ops
         self.enforce_limits()
         self._expiry_wake.set()
 
@@ -186,9 +360,20 @@ class Stream:
         Never raises: errors become PubAck errors (or are dropped for publishes without a
         reply subject, as nats-server does).
         """
+        if self.role == FOLLOWER:
+            return  # every replica captures; only the leader appends (docs/cluster.md §4)
         respond = bool(reply) and not self.policy.no_ack
         stats = self.stats
         stats.received += 1
+        if self.repl is not None:
+            if self.repl.fenced():
+                return
+            refused = self.repl.publish_error()
+            if refused is not None:
+                stats.rejected += 1
+                if respond:
+                    self.out.send(reply, self._error_ack(refused))  # type: ignore[arg-type]
+                return
         try:
             seq, duplicate = self._store(subject, hdr, data)
         except ApiError as e:
@@ -207,6 +392,7 @@ class Stream:
         else:
             stats.stored += 1
         if respond:
+            stats.pubacks += 1
             body = encode_puback(self.name, seq, duplicate, self.domain)
             self._queue(self.store.last_seq, reply, body)  # type: ignore[arg-type]
 
@@ -220,14 +406,32 @@ class Stream:
         p = self.policy
         if p.sealed:
             raise E.STREAM_SEALED()
+        if self.store.last_seq >= _U64:
+            # Sequences are u64 on disk. nats-server wraps around to 0 here (and its state
+            # stops making sense); jetlog refuses instead of failing every later publish.
+            raise E.STREAM_STORE_FAILED(err="stream sequence space exhausted")
         if p.transform is not None:
             subject = p.transform(subject)
         msg_id = ""
         rollup = ""
         ttl = 0
         now = self.clock()
+        hlen, dlen = len(hdr), len(data)
+        if p.max_msg_size >= 0 and (hlen > p.max_msg_size or dlen > p.max_msg_size - hlen):
+            # nats-server 2.15.1 checks the stream's max_msg_size right after "sealed", before
+            # any header (an oversize duplicate or bad expected sequence is still 10054).
+            raise E.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
         if hdr and b"Nats-" in hdr:
-            if H.get(hdr, H.INCR) is not None:
+            if H.get(hdr, H.BATCH_ID):
+                # nats-server takes every message with a batch id to its atomic batch path,
+                # which refuses it: no jetlog stream allows atomic publish.
+                raise E.ATOMIC_PUBLISH_DISABLED()
+            incr = H.get(hdr, H.INCR)
+            if incr:
+                # big.Int.SetString(v, 10) first (10171), then "counters disabled" (10168).
+                digits = incr[1:] if incr[0] in "+-" else incr
+                if not (digits.isascii() and digits.isdigit()):
+                    raise E.MESSAGE_INCR_INVALID()
                 raise E.MESSAGE_INCR_DISABLED()
             exp_stream = H.get(hdr, H.EXPECTED_STREAM)
             if exp_stream and exp_stream != self.name:
@@ -242,19 +446,17 @@ class Stream:
                     raise E.MESSAGE_TTL_DISABLED()
             exp_subj_seq = H.get(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
             exp_subj = H.get(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
-            if exp_subj_seq is not None:
-                want = _parse_uint(exp_subj_seq)
+            want = _expected_seq(exp_subj_seq)
+            if want is not None:
                 last = self.store.load_last(exp_subj or subject)
                 actual = last.seq if last is not None else 0
-                if want is None or actual != want:
+                if actual != want:
                     raise E.STREAM_WRONG_LAST_SEQUENCE(seq=actual)
             elif exp_subj:
                 raise E.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID()
-            exp_last = H.get(hdr, H.EXPECTED_LAST_SEQ)
-            if exp_last is not None:
-                want = _parse_uint(exp_last)
-                if want is None or want != self.store.last_seq:
-                    raise E.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
+            want = _expected_seq(H.get(hdr, H.EXPECTED_LAST_SEQ))
+            if want is not None and want != self.store.last_seq:
+                raise E.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
             if H.get(hdr, H.SCHEDULE) is not None or H.get(hdr, "Nats-Scheduler") is not None:
                 raise E.MESSAGE_SCHEDULES_DISABLED()
             if H.get(hdr, H.STREAM_SOURCE) is not None:
@@ -274,10 +476,7 @@ class Stream:
                 rollup = rv.lower()
                 if rollup not in ("sub", "all"):
                     raise E.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rv}"')
-        hlen, dlen = len(hdr), len(data)
-        if p.max_msg_size >= 0 and (hlen > p.max_msg_size or dlen > p.max_msg_size - hlen):
-            raise E.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-        if hlen > MAX_HDR:
+        if len(hdr) > MAX_HDR:
             raise E.STREAM_HEADER_EXCEEDS_MAXIMUM()
         if p.interest and not (self._interest is not None and self._interest(subject)):
             # Interest retention and nobody interested: consume a sequence, store nothing.
@@ -323,67 +522,6 @@ class Stream:
             listener(seq, subject)
         return seq, False
 
-    def _check_discard_new(self, subject: str, hdr: bytes, data: bytes) -> None:
-        p, store = self.policy, self.store
-        at_subject_limit = False
-        ss = None
-        if p.max_msgs_per_subject > 0:
-            ss = store.subjects_state(subject).get(subject)
-            at_subject_limit = ss is not None and ss.msgs >= p.max_msgs_per_subject
-        if at_subject_limit and p.discard_new_per_subject and H.get(hdr, H.ROLLUP) is None:
-            raise E.STREAM_STORE_FAILED(err="maximum messages per subject exceeded")
-        if p.max_msgs > 0 and store.msgs >= p.max_msgs and not at_subject_limit:
-            raise E.STREAM_STORE_FAILED(err="maximum messages exceeded")
-        if p.max_bytes > 0:
-            size = self._size_of(subject, hdr, data)
-            if store.bytes + size > p.max_bytes:
-                if not at_subject_limit or ss is None:
-                    raise E.STREAM_STORE_FAILED(err="maximum bytes exceeded")
-                # At the per-subject limit the oldest of this subject will be replaced: allowed
-                # only if it frees at least as many bytes as the new message takes.
-                if store.msg_size(ss.first) < size:
-                    raise E.STREAM_STORE_FAILED(err="maximum bytes exceeded")
-
-    def _size_of(self, subject: str, hdr: bytes, data: bytes) -> int:
-        if self.policy.memory:
-            return len(subject) + len(hdr) + len(data) + 16
-        size = 22 + len(subject) + len(data) + 8
-        if hdr:
-            size += 4 + len(hdr)
-        return size
-
-    def _enforce_after_store(self, subject: str) -> None:
-        p, store = self.policy, self.store
-        if p.max_msgs_per_subject > 0:
-            ss = store.subjects_state(subject).get(subject)
-            while ss is not None and ss.msgs > p.max_msgs_per_subject:
-                if not store.remove(ss.first):
-                    break
-                ss = store.subjects_state(subject).get(subject)
-        if not p.discard_new:
-            if p.max_msgs > 0:
-                while store.msgs > p.max_msgs and store.remove(store.first_seq):
-                    pass
-            if p.max_bytes > 0:
-                while store.bytes > p.max_bytes and store.remove(store.first_seq):
-                    pass
-
-    def enforce_limits(self) -> None:
-        """Bring the stream within its limits (after an update lowered them, or at start)."""
-        p, store = self.policy, self.store
-        if p.max_msgs_per_subject > 0:
-            for subj, ss in store.subjects_state(None).items():
-                extra = ss.msgs - p.max_msgs_per_subject
-                if extra > 0:
-                    store.purge(subj, keep=p.max_msgs_per_subject)
-        if p.max_msgs > 0 and store.msgs > p.max_msgs:
-            store.purge(None, keep=p.max_msgs)
-        if p.max_bytes > 0:
-            while store.bytes > p.max_bytes and store.remove(store.first_seq):
-                pass
-        if p.max_age > 0:
-            self._expire_age(self.clock())
-
     def _republish(self, subject: str, hdr: bytes, data: bytes, seq: int, ts: int, last: int) -> None:
         rp = self.policy.republish
         assert rp is not None
@@ -406,13 +544,19 @@ class Stream:
     # ---- acks after durability ------------------------------------------------------------
 
     def _queue(self, ticket: int, subject: str, payload: bytes, hdr: bytes = b"") -> None:
-        if self.store.committed_seq >= ticket and not self._pending:
+        if self._committed >= ticket and not self._pending:
             self.out.send(subject, payload, hdr)
         else:
             self._pending.append((ticket, subject, payload, hdr))
 
-    def _on_commit(self, committed: int) -> None:
-        self._flush_pending(committed)
+    def _on_commit(self, durable: int) -> None:
+        # The store's group commit covered everything up to ``durable``. Only a standalone
+        # stream commits on its own durability; a replica between roles (``repl`` None after a
+        # demotion, leaderless) commits nothing: its unreplicated tail may be truncated.
+        if self.repl is not None:
+            self.repl.on_durable(durable)
+        elif self.role == STANDALONE:
+            self.advance(durable)
 
     def _flush_pending(self, committed: int) -> None:
         pending, send = self._pending, self.out.send
@@ -434,6 +578,11 @@ class Stream:
         if self.policy.deny_purge:
             raise E.STREAM_PURGE_FAILED(err="stream purge not permitted")
         n = self.store.purge(subject or None, seq=seq, keep=keep)
+        last = self.store.last_seq
+        if seq > last + 1 and subject in (None, "", ">"):
+            # nats-server compacts up to ``seq``: purging past the end moves the stream on, so
+            # the next message gets ``seq`` (first_seq = seq, last_seq = seq - 1).
+            self.store.skip(seq - 1 - last)
         if self.consumers is not None:
             self.consumers.on_purge(self.store.first_seq)
         return n
@@ -445,99 +594,36 @@ class Stream:
         if self.policy.deny_delete:
             raise E.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
         if not self.store.remove(seq, erase=erase):
+            store = self.store
+            if self.config.storage != "memory" and (
+                seq == 0 or not store.msgs or seq < store.first_seq or seq > store.last_seq
+            ):
+                # nats-server's file store reports a sequence outside the stored range as a
+                # store error; only a gap inside it is "not found" (its memory store: always).
+                err = "stream store EOF" if seq > store.last_seq else "no message found"
+                raise E.STREAM_MSG_DELETE_FAILED(err=err)
             raise E.SEQUENCE_NOT_FOUND(seq=seq)
 
     def get(self, seq: int) -> StoredMsg | None:
         """The live message with this sequence."""
         return self.store.load(seq)
 
-    # ---- expiry (max_age, per-message TTL, subject delete markers) -------------------------
 
-    def _add_ttl(self, expires: int, seq: int) -> None:
-        heapq.heappush(self._ttl_heap, (expires, seq))
-        if self._ttl_heap[0][1] == seq:
-            self._expiry_wake.set()
-
-    def _next_deadline(self) -> int | None:
-        deadlines = []
-        if self.policy.max_age > 0 and self.store.msgs:
-            first = self.store.load_next(self.store.first_seq)
-            if first is not None:
-                deadlines.append(first.ts + self.policy.max_age)
-        if self._ttl_heap:
-            deadlines.append(self._ttl_heap[0][0])
-        return min(deadlines) if deadlines else None
-
-    async def _expiry_loop(self) -> None:
-        while not self.closed:
-            deadline = self._next_deadline()
-            timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1e9)
-            self._expiry_idle = deadline is None
-            self._expiry_wake.clear()
-            if timeout is None or timeout > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._expiry_wake.wait(), timeout)
-                continue
-            now = self.clock()
-            self._expire_age(now)
-            self._expire_ttls(now)
-            # Granularity: the server checks about once a second; we wake exactly at the
-            # deadline but yield so a flood of expiries cannot starve the loop.
-            await asyncio.sleep(0)
-
-    def _expire_age(self, now: int) -> None:
-        max_age = self.policy.max_age
-        if max_age <= 0:
-            return
-        cutoff = now - max_age
-        store = self.store
-        seq = store.first_seq
-        while store.msgs:
-            m = store.load_next(seq)
-            if m is None or m.ts > cutoff:
-                break
-            seq = m.seq + 1
-            if m.hdr and (v := H.get(m.hdr, H.TTL)) is not None and v.lower() == "never":
-                continue
-            self._remove_expired(m, "MaxAge")
-
-    def _expire_ttls(self, now: int) -> None:
-        heap = self._ttl_heap
-        while heap and heap[0][0] <= now:
-            _, seq = heapq.heappop(heap)
-            m = self.store.load(seq)
-            if m is not None:
-                self._remove_expired(m, "MaxAge")
-
-    def _remove_expired(self, m: StoredMsg, reason: str) -> None:
-        marker_ttl = self.policy.marker_ttl
-        is_marker = bool(m.hdr) and H.get(m.hdr, H.MARKER_REASON) is not None
-        last_of_subject = False
-        if marker_ttl > 0 and not is_marker:
-            ss = self.store.subjects_state(m.subject).get(m.subject)
-            last_of_subject = ss is not None and ss.msgs == 1
-        self.store.remove(m.seq)
-        if last_of_subject:
-            # Leave a delete marker so KV watchers learn the key went away (ADR-48).
-            hdr = H.encode(
-                [
-                    (H.MARKER_REASON, reason),
-                    (H.TTL, format_duration(marker_ttl)),
-                    (H.ROLLUP, "sub"),
-                ]
-            )
-            now = self.clock()
-            ts = now if now > self._last_ts else self._last_ts
-            self._last_ts = ts
-            seq = self.store.append(m.subject, hdr, b"", ts, marker_ttl)
-            self._add_ttl(ts + marker_ttl, seq)
-            for listener in self._stored_listeners:
-                listener(seq, m.subject)
+_U64 = (1 << 64) - 1
 
 
-def _parse_uint(value: str) -> int | None:
-    value = value.strip()
-    return int(value) if value.isdigit() else None
+def _expected_seq(value: str | None) -> int | None:
+    """An ``Nats-Expected-Last-*Sequence`` value as nats-server reads it (``parseInt64`` cast to
+    uint64): ``None`` when absent or empty; a value that is not all ASCII digits is -1, i.e.
+    2**64-1, which no sequence matches; overlong digit strings wrap like Go's int64."""
+    if not value:
+        return None
+    n = 0
+    for ch in value:
+        if not "0" <= ch <= "9":
+            return _U64
+        n = (n * 10 + ord(ch) - 48) & _U64  # int64 arithmetic wraps; the cast reads it unsigned
+    return n
 
 
 def _log_task_failure(task: asyncio.Task[Any]) -> None:

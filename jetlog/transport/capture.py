@@ -17,6 +17,7 @@ from typing import Any
 from jetlog.errors import TransportError
 from jetlog.transport.client import ClientLink
 from jetlog.transport.leaf import LeafConnection
+from jetlog.wire.leaf import PayloadTooLargeError
 from jetlog.wire.subjects import collide
 
 log = logging.getLogger("jetlog.capture")
@@ -81,11 +82,26 @@ class Egress:
         self.leaf = leaf
         self.client = client
 
+    @property
+    def max_payload(self) -> int:
+        """The largest header + payload the link :meth:`send` would use now accepts."""
+        if self.leaf.connected and self.leaf.max_payload:
+            return self.leaf.max_payload
+        return self.client.max_payload
+
     def send(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
-        """Publish without a reply subject, on the leaf link when it is up."""
-        if self.leaf.connected:
-            self.leaf.publish(subject, payload, hdr=hdr)
-        elif self.client.connected:
-            self.client.send(subject, payload, hdr)
-        else:
-            raise TransportError("no upstream link is connected")
+        """Publish without a reply subject, on the leaf link when it is up.
+
+        A message above the server's max_payload (a republish of a message near the limit gains
+        headers) is dropped: the link refuses it with a log line, because the server would close
+        the connection. Raises TransportError when no link is up.
+        """
+        try:
+            if self.leaf.connected:
+                self.leaf.publish(subject, payload, hdr=hdr)
+            elif self.client.connected:
+                self.client.send(subject, payload, hdr)
+            else:
+                raise TransportError("no upstream link is connected")
+        except PayloadTooLargeError:
+            return  # logged by the link's guard

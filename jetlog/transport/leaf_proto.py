@@ -1,21 +1,46 @@
 """Pieces of the leaf link that are not the connection logic itself: its lifecycle states,
-counters, the subscription handle, and the per-TCP-connection asyncio protocol."""
+counters, the subscription handle, and the per-TCP-connection asyncio protocol.
+
+The handle and the protocol call back into the link through two narrow Protocols
+(:class:`SubscriptionOwner`, :class:`ConnectionOwner`), which ``LeafConnection`` satisfies
+structurally, so this module does not import ``leaf.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from jetlog.errors import ProtocolError, TransportError
 from jetlog.wire import leaf as wire
 
-if TYPE_CHECKING:
-    from jetlog.transport.leaf import LeafConnection, MsgCallback
-
 log = logging.getLogger("jetlog.transport.leaf")
+
+MsgCallback = Callable[[str, str | None, bytes, bytes], None]
+"""``cb(subject, reply, hdr, payload)``; called synchronously from the reader."""
+
+
+class SubscriptionOwner(Protocol):
+    """What a :class:`LeafSubscription` uses of its link."""
+
+    def unsubscribe(self, sub: LeafSubscription) -> None: ...
+
+
+class ConnectionOwner(Protocol):
+    """What a :class:`LeafProtocol` uses of its link."""
+
+    @property
+    def max_control_line(self) -> int: ...
+
+    @property
+    def write_high_water(self) -> int: ...
+
+    def _on_events(self, proto: LeafProtocol, events: list[wire.Event], start: int = 0) -> None: ...
+    def _on_connection_lost(self, proto: LeafProtocol, exc: Exception | None) -> None: ...
 
 
 class LinkState(enum.StrEnum):
@@ -45,7 +70,7 @@ class LeafSubscription:
 
     __slots__ = ("_link", "active", "cb", "queue", "subject")
 
-    def __init__(self, link: LeafConnection, subject: str, queue: str | None, cb: MsgCallback) -> None:
+    def __init__(self, link: SubscriptionOwner, subject: str, queue: str | None, cb: MsgCallback) -> None:
         self._link = link
         self.subject = subject
         self.queue = queue
@@ -64,7 +89,7 @@ class LeafSubscription:
 class LeafProtocol(asyncio.Protocol):
     """Per-TCP-connection glue; a stale protocol (after reconnect) is ignored by the link."""
 
-    def __init__(self, link: LeafConnection) -> None:
+    def __init__(self, link: ConnectionOwner) -> None:
         self.link = link
         self.parser = wire.LeafParser(link.max_control_line)
         self.transport: asyncio.Transport | None = None
@@ -74,6 +99,7 @@ class LeafProtocol(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.handshake: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.handshake_stage = "info"  # info -> pong -> done
+        self.failure: Exception | None = None  # why we aborted the connection, if we did
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, hence a cast, not an isinstance.
@@ -86,12 +112,14 @@ class LeafProtocol(asyncio.Protocol):
         try:
             events = self.parser.feed(data)
         except ProtocolError as e:
-            log.error("leaf link: protocol error from hub: %s", e)
-            self._fail(e)
+            # Reported once, as the reason in the link's "down" line.
+            log.debug("leaf link: protocol error from hub: %s", e)
+            self._fail(ProtocolError(f"protocol error from the hub: {e}"))
             return
         self.link._on_events(self, events)
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: Exception) -> None:
+        self.failure = exc
         if not self.handshake.done():
             self.handshake.set_exception(exc)
         if self.transport is not None:
@@ -107,7 +135,7 @@ class LeafProtocol(asyncio.Protocol):
             self.lost.set_result(None)
         if self.resumed is not None and not self.resumed.done():
             self.resumed.set_result(None)
-        self.link._on_connection_lost(self, exc)
+        self.link._on_connection_lost(self, exc or self.failure)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -116,3 +144,25 @@ class LeafProtocol(asyncio.Protocol):
         self.paused = False
         if self.resumed is not None and not self.resumed.done():
             self.resumed.set_result(None)
+
+
+def fitting_frames(frames: list[bytes], max_payload: int, name: str) -> list[bytes]:
+    """The buffered frames the hub accepts now: ``max_payload`` may have shrunk across the
+    reconnect, and one oversize frame would make the hub close the link again, forever."""
+    if not max_payload:
+        return frames
+    out = []
+    for f in frames:
+        if f.startswith((b"LMSG ", b"HMSG ")):
+            line = f[: f.find(b"\r\n")]
+            size = int(line.rsplit(b" ", 1)[1])
+            if size > max_payload:
+                log.warning(
+                    "leaf link %s: dropping a buffered %d-byte message: the server's max_payload is now %d",
+                    name,
+                    size,
+                    max_payload,
+                )
+                continue
+        out.append(f)
+    return out

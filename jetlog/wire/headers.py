@@ -92,7 +92,7 @@ def encode(pairs: Iterable[tuple[str, str]], code: int = 0, description: str = "
         first += b" %d" % code
         if description:
             first += b" " + description.encode()
-    body = b"".join(f"{k}: {v}\r\n".encode() for k, v in pairs)
+    body = b"".join(f"{k}: {v}\r\n".encode("utf-8", "surrogateescape") for k, v in pairs)
     return first + _CRLF + body + _CRLF
 
 
@@ -106,7 +106,7 @@ def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:
 
     Direct Get replies carry the stored headers verbatim, then ``Nats-Stream`` & co.
     """
-    extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in pairs)
+    extra = b"".join(f"{k}: {v}\r\n".encode("utf-8", "surrogateescape") for k, v in pairs)
     if not hdr:
         return PREFIX + _CRLF + extra + _CRLF
     if hdr.endswith(b"\r\n\r\n"):

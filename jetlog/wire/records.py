@@ -51,6 +51,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from jetlog.errors import StorageError
+from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 
 MAGIC = b"JLB\x01"
 VERSION = 1
@@ -233,7 +234,7 @@ def encode_batch(
     for r in records:
         if r.seq <= prev:
             raise ValueError(f"record sequences must increase past base_seq ({r.seq} <= {prev})")
-        parts.append(encode_record(r.seq, r.ts, r.subject.encode(), r.hdr, r.data, r.ttl))
+        parts.append(encode_record(r.seq, r.ts, subject_bytes(r.subject), r.hdr, r.data, r.ttl))
         prev = r.seq
         lts = r.ts
     op_list = [(int(a), int(b)) for a, b in ops]
@@ -362,10 +363,8 @@ def decode_record(body: bytes | bytearray | memoryview, off: int, verify: bool =
     mv = memoryview(body)
     if verify and crc32c(mv[off + 4 : end]) != crc:
         raise BatchError(off, f"record crc mismatch (seq {seq})", torn=False)
-    try:
-        subject = bytes(mv[p : p + slen]).decode()
-    except UnicodeDecodeError as exc:
-        raise BatchError(off, "subject is not utf-8", torn=False) from exc
+    # Subjects need not be UTF-8 (nats-server stores any bytes); the CRC guards them.
+    subject = subject_from_bytes(bytes(mv[p : p + slen]))
     p += slen
     return Record(seq, ts, subject, bytes(mv[p : p + hlen]), bytes(mv[p + hlen : end]), ttl), end
 

@@ -4,6 +4,11 @@ Semantics follow nats-server (``server/sublist.go``): tokens are separated by ``
 ``>`` are wildcards only as whole tokens (``a*`` is a literal token); ``>`` must be the last
 token; no token may be empty or contain whitespace.
 
+Subjects are bytes on the wire and nats-server does not require them to be UTF-8. jetlog keeps
+them as ``str`` with every byte that is not valid UTF-8 held as a surrogate escape (Python's
+``surrogateescape``): :func:`subject_bytes` and :func:`subject_from_bytes` convert exactly,
+:func:`printable_subject` is what Go's JSON encoder writes for such a subject.
+
 Pure functions, no I/O. Hot paths (``matches`` on literal subjects, ``Sublist.match``) avoid
 allocations where they can and cache results.
 """
@@ -18,6 +23,39 @@ FWC = ">"
 _WS = frozenset(" \t\n\r\f")
 
 V = TypeVar("V")
+
+
+def subject_bytes(subject: str) -> bytes:
+    """The wire bytes of ``subject`` (surrogate escapes back to the bytes they stand for)."""
+    try:
+        return subject.encode()
+    except UnicodeEncodeError:
+        return subject.encode("utf-8", "surrogateescape")
+
+
+def subject_from_bytes(raw: bytes) -> str:
+    """``raw`` as a subject ``str``; never fails (invalid UTF-8 becomes surrogate escapes)."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "surrogateescape")
+
+
+def printable_subject(subject: str) -> str:
+    """``subject`` as valid text: each byte that is not valid UTF-8 becomes U+FFFD, one per byte,
+    as Go's JSON encoder writes it (``MSG.GET``, ``STREAM.INFO`` subjects)."""
+    if subject.isascii():
+        return subject
+    raw = subject_bytes(subject)
+    out: list[str] = []
+    while True:
+        try:
+            out.append(raw.decode())
+            return "".join(out)
+        except UnicodeDecodeError as e:
+            out.append(raw[: e.start].decode())
+            out.append("\ufffd")
+            raw = raw[e.start + 1 :]
 
 
 def is_valid_subject(subject: str) -> bool:
@@ -59,8 +97,11 @@ def matches(filter_: str, subject: str) -> bool:
         return False
     ftoks = filter_.split(".")
     stoks = subject.split(".")
+    last = len(ftoks) - 1
     for i, ft in enumerate(ftoks):
-        if ft == FWC:
+        if ft == FWC and i == last:
+            # Only a last ">" is a wildcard (as in nats-server and Sublist): in ">.a" it is a
+            # literal token, and such a filter matched everything (a purge emptied the stream).
             return len(stoks) > i
         if i >= len(stoks):
             return False

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 from dataclasses import dataclass, field
 
+from jetlog.devcluster import serve_argv
 from jetlog.embedded import NatsServer
 
 
@@ -24,21 +24,7 @@ class NodeProcess:
     _drain: asyncio.Task[None] | None = None
 
     async def start(self, timeout: float = 30.0) -> str:
-        args = [
-            sys.executable,
-            "-m",
-            "jetlog",
-            "serve",
-            "--nats-url",
-            self.srv.url,
-            "--leafnode-url",
-            self.srv.leaf_url,
-            "--data-dir",
-            self.data_dir,
-            "--log-level",
-            "info",
-            *self.extra_args,
-        ]
+        args = serve_argv(self.srv.url, self.srv.leaf_url, self.data_dir, "info", *self.extra_args)
         self.proc = await asyncio.create_subprocess_exec(
             *args,
             stdout=asyncio.subprocess.PIPE,

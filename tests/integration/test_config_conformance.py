@@ -454,6 +454,11 @@ CASES: list[tuple[str, str, bytes]] = [
     # --- mirrors and sources (jetlog: unsupported) ---
     (C, "M1", j(name="M1", mirror={"name": "X"})),
     (C, "M2", j(name="M2", subjects=["m2"], sources=[{"name": "X"}])),
+    # nats-server's first mirror checks answer before jetlog's refusal (fuzz finding)
+    (C, "M3", j(name="M3", subjects=["m3"], mirror={"name": "X"})),
+    (C, "M4", j(name="M4", first_seq=5, mirror={"name": "X"})),
+    (C, "M5", j(name="M5", mirror={"name": "X"}, sources=[{"name": "Y"}])),
+    (C, "M6", j(name="M6", mirror={"name": "X"}, allow_msg_schedules=True)),
     # --- other endpoints' request bodies (stream NOPE does not exist) ---
     ("STREAM.DELETE.NOPE", "", b"  "),
     ("STREAM.DELETE.NOPE", "", b" {} "),

@@ -20,7 +20,7 @@ async def _drain(psub: object, want: int, timeout: float = 10.0) -> list[nats.ai
     while len(got) < want and loop.time() < end:
         try:
             got.extend(await psub.fetch(want - len(got), timeout=1))  # type: ignore[attr-defined]
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats-py's fetch may also raise the bare asyncio one
             continue
     return got
 

@@ -20,6 +20,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError, ObjectNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from tests.support.clusters import client_target, cluster_pool  # noqa: F401 (fixtures: target)
+
 pytestmark = pytest.mark.timeout(60)
 
 JS_TIMEOUT = 3.0

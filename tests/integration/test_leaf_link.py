@@ -6,9 +6,7 @@ Each test waits on a condition with a deadline (``until``), never on a bare slee
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import os
 import shutil
 import ssl
@@ -27,6 +25,7 @@ from jetlog.errors import TransportError
 from jetlog.transport.leaf import LeafConnection, LinkState
 from jetlog.wire import headers
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
+from tests.support.natsauth import operator_setup
 
 Msg = tuple[str, "str | None", bytes, bytes]
 
@@ -440,62 +439,8 @@ async def test_auth_nkey() -> None:
         await bad.close()
 
 
-def _b64(b: bytes) -> str:
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-
-def _jwt(claims: dict[str, Any], signer: nkeys.KeyPair) -> str:
-    """A NATS JWT (ed25519-nkey), enough for a memory resolver."""
-    import hashlib
-
-    header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
-    claims = dict(claims, iat=int(time.time()), jti="")
-    raw = json.dumps(claims, separators=(",", ":")).encode()
-    claims["jti"] = base64.b32encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
-    body = _b64(json.dumps(claims, separators=(",", ":")).encode())
-    sig = _b64(signer.sign(f"{header}.{body}".encode()))
-    return f"{header}.{body}.{sig}"
-
-
-def _kp(prefix: int) -> tuple[bytes, nkeys.KeyPair, str]:
-    seed = nkeys.encode_seed(os.urandom(32), prefix)
-    kp = nkeys.from_seed(bytearray(seed))
-    return seed, kp, kp.public_key.decode()
-
-
 async def test_auth_creds_file_operator_mode(tmp_path: Path) -> None:
-    _, okp, opub = _kp(nkeys.PREFIX_BYTE_OPERATOR)
-    _, akp, apub = _kp(nkeys.PREFIX_BYTE_ACCOUNT)
-    useed, _, upub = _kp(nkeys.PREFIX_BYTE_USER)
-    op_jwt = _jwt({"iss": opub, "sub": opub, "name": "op", "nats": {"type": "operator", "version": 2}}, okp)
-    acc_claims = {
-        "type": "account",
-        "version": 2,
-        "limits": {
-            "subs": -1,
-            "conn": -1,
-            "leaf": -1,
-            "data": -1,
-            "payload": -1,
-            "imports": -1,
-            "exports": -1,
-            "wildcards": True,
-        },
-    }
-    acc_jwt = _jwt({"iss": opub, "sub": apub, "name": "A", "nats": acc_claims}, okp)
-    user_claims = {"type": "user", "version": 2, "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}
-    user_jwt = _jwt({"iss": apub, "sub": upub, "name": "u", "nats": user_claims}, akp)
-    creds = tmp_path / "u.creds"
-    creds.write_text(
-        "-----BEGIN NATS USER JWT-----\n"
-        f"{user_jwt}\n"
-        "------END NATS USER JWT------\n\n"
-        "************************* IMPORTANT *************************\n\n"
-        "-----BEGIN USER NKEY SEED-----\n"
-        f"{useed.decode()}\n"
-        "------END USER NKEY SEED------\n"
-    )
-    conf = f'operator: "{op_jwt}"\nresolver: MEMORY\nresolver_preload: {{ {apub}: "{acc_jwt}" }}\n'
+    conf, creds = operator_setup(tmp_path)
     async with NatsServer(leafnode=True, extra_conf=conf) as srv:
         ok = LeafConnection(srv.leaf_url, name="jetlog-creds", creds_file=str(creds))
         await ok.connect(5)

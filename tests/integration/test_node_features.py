@@ -52,7 +52,7 @@ async def test_metrics_health_ready(tmp_path: Any) -> None:
         try:
             assert node.http is not None
             port = node.http.port
-            assert await _http_get(port, "/healthz") == (200, "ok\n")
+            assert await _http_get(port, "/healthz") == (200, '{\n  "status": "ok"\n}\n')
             assert await _http_get(port, "/readyz") == (200, "ready\n")
             nc = await nats.connect(srv.url)
             js = nc.jetstream()
@@ -61,13 +61,31 @@ async def test_metrics_health_ready(tmp_path: Any) -> None:
                 await js.publish("met", b"abc")
             with pytest.raises(nats.js.errors.APIError):
                 await js.publish("met", b"", headers={"Nats-Expected-Stream": "nope"})
-            await nc.close()
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.stream_info("NOPE")
+            sub = await js.pull_subscribe("met", durable="MC", stream="MET")
+            msgs = await sub.fetch(3, timeout=5)
+            for m in msgs[:2]:
+                await m.ack_sync()
             code, body = await _http_get(port, "/metrics")
+            await nc.close()
             assert code == 200
             assert 'jetlog_stream_messages{stream="MET"} 3.0' in body
             assert 'jetlog_stream_stored_total{stream="MET"} 3.0' in body
             assert 'jetlog_stream_rejected_total{stream="MET"} 1.0' in body
+            assert 'jetlog_stream_pubacks_total{stream="MET"} 3.0' in body
             assert 'jetlog_link_up{link="leafnode"} 1.0' in body
+            assert 'jetlog_api_errors_by_code_total{err_code="10059"} 1.0' in body
+            assert 'jetlog_consumer_delivered_total{consumer="MC",stream="MET"} 3.0' in body
+            assert 'jetlog_consumer_acks_total{consumer="MC",stream="MET"} 2.0' in body
+            assert 'jetlog_consumer_num_ack_pending{consumer="MC",stream="MET"} 1.0' in body
+            assert 'jetlog_consumer_ack_floor_seq{consumer="MC",stream="MET"} 2.0' in body
+            assert 'jetlog_consumer_num_pending{consumer="MC",stream="MET"} 0.0' in body
+            # Every commit of the 3 publishes (and the stream's creation) waited on an fdatasync.
+            count = float(body.split("jetlog_fsync_seconds_count ")[1].split()[0])
+            inf = float(body.split('jetlog_fsync_seconds_bucket{le="+Inf"} ')[1].split()[0])
+            assert count == inf >= 3
+            assert "jetlog_raft_term" not in body  # a single node has no Raft
             assert (await _http_get(port, "/nope"))[0] == 404
         finally:
             await node.stop()
@@ -150,7 +168,8 @@ async def test_status_command(tmp_path: Any) -> None:
             assert proc.returncode == 0, err
             text = out.decode()
             assert "streams: 1" in text
-            assert "ST: 1 msgs" in text and "seq 1..1" in text
+            row = next(ln for ln in text.splitlines() if "│ ST " in ln)
+            assert [c.strip() for c in row.strip("│ ").split("│")][:4] == ["ST", "1", "37 B", "1..1"], row
         finally:
             await node.stop()
     _ = json  # keep import used for readers extending these tests
@@ -205,3 +224,48 @@ async def test_upstream_restart_both_links_recover(tmp_path: Any) -> None:
     finally:
         if node._started:
             await node.stop()
+
+
+async def test_serve_logs_json_lines(tmp_path: Any) -> None:
+    """``jetlog serve --log-format json``: every stderr line is one JSON object an operator's log
+    shipper can read (time, level, logger, message)."""
+    import signal
+
+    async with NatsServer(leafnode=True) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jetlog", "serve", "--nats-url", srv.url, "--leafnode-url", srv.leaf_url,
+            "--data-dir", str(tmp_path / "d"), "--log-format", "json", "--name", "jl-json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            ready = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert ready.startswith(b"ready ")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+    lines = [json.loads(line) for line in err.decode().splitlines() if line.strip()]
+    assert lines, err
+    assert all(set(rec) >= {"time", "level", "logger", "message"} for rec in lines)
+    assert all(rec["time"].endswith("+00:00") for rec in lines)
+    msgs = [rec["message"] for rec in lines]
+    assert any("node jl-json serving JetStream API" in m for m in msgs), msgs
+    assert any(m.startswith("node jl-json stopped") for m in msgs), msgs
+
+
+async def test_serve_refuses_a_data_dir_of_a_newer_format(tmp_path: Any) -> None:
+    """A node pointed at a directory a newer jetlog wrote exits with the reason, touching nothing."""
+    from jetlog.datadir import FORMAT_VERSION, MARKER
+
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / MARKER).write_text(json.dumps({"format": FORMAT_VERSION + 1, "jetlog": "9.0.0"}))
+    async with NatsServer(leafnode=True) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jetlog", "serve", "--nats-url", srv.url, "--leafnode-url", srv.leaf_url,
+            "--data-dir", str(d), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1 and out == b""
+    assert f"holds on-disk format {FORMAT_VERSION + 1} (last written by jetlog 9.0.0)" in err.decode()
+    assert sorted(p.name for p in d.iterdir()) == [MARKER]

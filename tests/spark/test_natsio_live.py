@@ -128,3 +128,72 @@ async def test_publisher_window_acks_and_dedup(tmp_path: Path) -> None:
         with pytest.raises(PublishError, match="no stream captures subject 'elsewhere'"):
             await asyncio.to_thread(unroutable)
         await nc.close()
+
+
+async def test_offsets_retried_through_silence_and_unavailable() -> None:
+    """The source's OFFSETS request, against a responder that first stays silent (the node that
+    took it died), then answers 503/10008 (no replica reachable yet), then answers: the planner
+    gets the positions instead of failing the query."""
+    import msgspec
+    import nats
+
+    from jetlog.spark.meta import OFFSETS_SUBJECT, Meta
+    from jetlog.spark.natsio import NatsTimeout
+    from jetlog.spark.options import parse_source_options
+
+    async with NatsServer(leafnode=False) as srv:
+        nc = await nats.connect(srv.url)
+        seen: list[float] = []
+
+        async def on(msg) -> None:  # type: ignore[no-untyped-def]
+            seen.append(asyncio.get_running_loop().time())
+            if len(seen) == 1:
+                return  # silence
+            if len(seen) == 2:
+                err = {
+                    "code": 503,
+                    "err_code": 10008,
+                    "description": "JetStream system temporarily unavailable",
+                }
+                await msg.respond(msgspec.json.encode({"error": err}))
+                return
+            body = {"streams": {"S": {"first_seq": 3, "hwm": 9, "first_ts": 1, "last_ts": 2}, "X": None}}
+            await msg.respond(msgspec.json.encode(body))
+
+        await nc.subscribe(OFFSETS_SUBJECT, cb=on)
+        await nc.flush()
+        try:
+            opts = parse_source_options(
+                {"servers": srv.url, "streams": "S,X", "requestTimeoutMs": "12000"}, False
+            )
+
+            def plan() -> dict:  # type: ignore[type-arg]
+                with Connection.connect(opts.conn) as conn:
+                    return Meta(conn, opts).positions(["S", "X"])  # type: ignore[return-value]
+
+            got = await asyncio.to_thread(plan)
+            assert len(seen) == 3
+            assert got["X"] is None
+            assert (got["S"].first_seq, got["S"].hwm) == (3, 9)
+            # A responder that never answers still fails, at the request timeout.
+            await nc.close()
+            opts = parse_source_options(
+                {"servers": srv.url, "streams": "S", "requestTimeoutMs": "1500"}, False
+            )
+            nc2 = await nats.connect(srv.url)
+
+            async def silent(msg) -> None:  # type: ignore[no-untyped-def]
+                return None
+
+            await nc2.subscribe(OFFSETS_SUBJECT, cb=silent)
+            await nc2.flush()
+            try:
+                t0 = asyncio.get_running_loop().time()
+                with pytest.raises(NatsTimeout):
+                    await asyncio.to_thread(plan)
+                assert 1.4 < asyncio.get_running_loop().time() - t0 < 5
+            finally:
+                await nc2.close()
+        finally:
+            if not nc.is_closed:
+                await nc.close()

@@ -206,6 +206,23 @@ def test_normalisation(kw: dict[str, Any], expect: dict[str, Any]) -> None:
             (500, 10052, "async persist mode is not supported with atomic batch publish"),
         ),
         ({"name": "N", "mirror": {"name": "X"}}, (500, 10052, MIRRORS_UNSUPPORTED)),
+        # nats-server's first mirror checks come before jetlog's refusal (fuzz finding).
+        (
+            {"name": "N", "mirror": {"name": "X"}, "subjects": ["m"]},
+            (400, 10034, "stream mirrors can not contain subjects"),
+        ),
+        (
+            {"name": "N", "mirror": {"name": "X"}, "first_seq": 5},
+            (400, 10143, "stream mirrors can not have first sequence configured"),
+        ),
+        (
+            {"name": "N", "mirror": {"name": "X"}, "sources": [{"name": "Y"}]},
+            (400, 10031, "stream mirrors can not also contain other sources"),
+        ),
+        (
+            {"name": "N", "mirror": {"name": "X"}, "allow_msg_schedules": True},
+            (400, 10186, "stream mirrors can not also schedule messages"),
+        ),
         ({"name": "N", "sources": [{"name": "X"}]}, (500, 10052, SOURCES_UNSUPPORTED)),
         ({"name": "N", "subjects": ["a.*", "a.b"]}, (500, 10052, 'subject "a.*" overlaps with "a.b"')),
         ({"name": "N", "subjects": ["a", "a"]}, (500, 10052, 'subject "a" overlaps with "a"')),
@@ -390,7 +407,7 @@ def upd(old: StreamConfig, **kw: Any) -> StreamConfig:
             {"allow_rollup_hdrs": True, "deny_purge": True},
             "roll-ups require the purge permission",
         ),
-        ({}, {"mirror": {"name": "X"}}, MIRRORS_UNSUPPORTED),
+        ({}, {"mirror": {"name": "X"}}, "stream mirrors can not contain subjects"),
     ],
 )
 def test_update_rules(old_kw: dict[str, Any], new_kw: dict[str, Any], error: str | None) -> None:

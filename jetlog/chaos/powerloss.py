@@ -1,0 +1,73 @@
+"""Simulated power loss: drop every write a killed node had not fsynced, then restart it.
+
+The nodes run with ``$JETLOG_SYNC_LEDGER`` set (``jetlog.log.syncledger``): each process
+records, per file written through the fsync service (segment files, consumer state), its size
+when registered and the size covered by each completed sync. After ``kill -9`` the page cache
+still holds the unsynced tail — a real power loss would not. :func:`drop_unsynced` replays the
+ledgers and truncates each file under the node's data directory back to its durable size, so
+the restarted node sees what a machine that lost power would have on disk.
+
+Not simulated (documented in docs/chaos.md): metadata written with ``write + fsync + rename``
+(epoch checkpoints, consumer-state rewrites) is atomic and left as is; a truncation or unlink
+that was not yet synced is not undone; the Raft journal (its own fsyncs) is not rolled back.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+from jetlog.log.syncledger import ENV as LEDGER_ENV
+
+__all__ = ["LEDGER_ENV", "Dropped", "drop_unsynced", "durable_sizes"]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """One file cut back: ``path`` from ``size`` to ``durable`` bytes."""
+
+    path: str
+    size: int
+    durable: int
+
+
+def durable_sizes(ledger_dir: str, under: str) -> dict[str, int]:
+    """path -> durable size, for every ledgered file below ``under``, replaying every process's
+    ledger in time order (a registration resets a file's size; a sync raises it)."""
+    prefix = os.path.abspath(under).rstrip("/") + "/"
+    events: list[tuple[int, str, int, str]] = []
+    for ledger in glob.glob(os.path.join(ledger_dir, "*.ledger")):
+        with open(ledger, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.rstrip("\n").split(" ", 3)
+                if len(parts) != 4 or not parts[3].startswith(prefix):
+                    continue  # another node's file, or a torn last line
+                try:
+                    events.append((int(parts[0]), parts[1], int(parts[2]), parts[3]))
+                except ValueError:
+                    continue
+    events.sort()
+    sizes: dict[str, int] = {}
+    for _, kind, size, path in events:
+        if kind == "R":
+            sizes[path] = size
+        else:
+            sizes[path] = max(sizes.get(path, 0), size)
+    return sizes
+
+
+def drop_unsynced(ledger_dir: str, data_dir: str) -> list[Dropped]:
+    """Truncate every ledgered file of ``data_dir`` to its durable size (see the module
+    docstring). Call only while the node is not running. Returns what was cut."""
+    out = []
+    for path, durable in sorted(durable_sizes(ledger_dir, data_dir).items()):
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue  # deleted since (retention, compaction, a replaced consumer file)
+        if size > durable:
+            # Never extend: a file shorter than its durable size was truncated on purpose.
+            os.truncate(path, durable)
+            out.append(Dropped(path, size, durable))
+    return out

@@ -1,0 +1,576 @@
+"""The leader side of one replicated stream: serve follower fetches, keep the high-water mark,
+manage the ISR, refuse publishes below ``min_insync``.
+
+HW (docs/cluster.md §4) = the lowest *durable* position over the ISR, the leader's own included.
+A fetch carries the follower's durable position, so every fetch is an acknowledgement; the HW is
+recomputed on every fetch and every local group commit, and the stream's committed mark
+(:meth:`Stream.advance`) follows it — PubAcks, consumer deliveries and committed reads are all
+released by that one mark.
+
+A follower that is caught up is parked (long poll) until the leader's log or HW moves, or its
+``wait_ms`` runs out. Replies never exceed the upstream ``max_payload`` (the caller passes the
+budget; a batch bigger than that travels in chunks).
+
+ISR changes are proposed through the metadata Raft group as compare-and-set commands on
+(epoch, ISR version) and take effect only when applied (:meth:`update_assignment`); a leader
+whose epoch is stale therefore cannot change the ISR, and cannot advance its HW past followers
+that have left it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from jetlog.errors import ApiError, E, JetlogError
+from jetlog.log.store import OutOfRangeError, PositionError
+from jetlog.wire import repl as R
+
+log = logging.getLogger("jetlog.cluster.leader")
+
+NO_POS: R.Pos = (0, -1)
+TICK = 0.2
+
+
+@dataclass
+class FollowerView:
+    """What the leader knows about one follower (from its fetches)."""
+
+    pos: R.Pos = NO_POS
+    hw_known: int = 0
+    cepoch: int = 0
+    cidx: int = 0
+    last_fetch: float = 0.0
+    last_caught_up: float = 0.0
+    ever_fetched: bool = False
+    leo_sent: R.Pos = NO_POS
+    """The leader's log end when it last answered this follower (Kafka's caught-up rule: a
+    fetch from at least that position means the follower had everything the leader had)."""
+
+
+def caught_up_as_of(history: Iterable[tuple[float, R.Pos]], pos: R.Pos) -> float:
+    """The latest time in ``history`` (``(time, leader log end)`` samples, oldest first) at
+    which the leader's log ended at or below ``pos``: a follower holding ``pos`` had
+    everything the leader had then. 0.0 when it is behind every sample."""
+    best = 0.0
+    for t, leo in history:
+        if leo <= pos:
+            best = t
+        else:
+            break
+    return best
+
+
+@dataclass
+class _Parked:
+    req: R.FetchRequest
+    reply: Callable[[bytes], None]
+    deadline: float
+
+
+class StreamLeader:
+    """Replication leader of one stream at one epoch (implements ``stream.Replication``)."""
+
+    def __init__(
+        self,
+        stream: Any,
+        *,
+        node: str,
+        epoch: int,
+        replicas: list[str],
+        isr: list[str],
+        isr_version: int,
+        min_insync: int,
+        isr_lag_time: float,
+        propose_isr: Callable[[str, int, int, list[str]], Awaitable[bool]],
+        max_payload: Callable[[], int],
+        fenced: Callable[[], bool],
+        alone: Callable[[], bool] = lambda: False,
+        alive: Callable[[str], bool] = lambda node: True,
+        clock: Callable[[], float] = time.monotonic,
+        hold_after: float = 1.0,
+        on_quorum_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.stream = stream
+        self.store = stream.store
+        self.node = node
+        self.epoch = epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.isr_version = isr_version
+        self.min_insync = min_insync
+        self.isr_lag_time = isr_lag_time
+        self._propose_isr = propose_isr
+        self._max_payload = max_payload
+        self._fenced = fenced
+        self._alone = alone
+        self._alive = alive
+        self._clock = clock
+        self.hold_after = hold_after
+        self._on_quorum_lost = on_quorum_lost
+        self._quorum_lost = False
+        self._held = False
+        now = clock()
+        # Followers get the benefit of the doubt for one lag period after a leadership start.
+        self.followers: dict[str, FollowerView] = {
+            r: FollowerView(last_fetch=now, last_caught_up=now) for r in self.replicas if r != node
+        }
+        self._parked: list[_Parked] = []
+        self._wake_scheduled = False
+        self._task: asyncio.Task[None] | None = None
+        self._isr_change: asyncio.Task[None] | None = None
+        self._consumer_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed = False
+        self.hw_pos: R.Pos = NO_POS
+        self._image: tuple[int, bytes] | None = None
+        # Everything committed before this leadership is in this log up to here: a follower
+        # that holds at least this much holds every committed message (Kafka: a follower
+        # rejoins once past the start offset of the leader's epoch).
+        self.epoch_start: R.Pos = stream.store.log_end()
+        self._hw_waiters: list[asyncio.Future[None]] = []
+        # The leader's log end sampled every tick over a little more than one lag period.
+        # Kafka's caught-up rule alone (``leo_sent``) never holds for a follower that keeps
+        # pace with a sustained flood: each reply is cut at ``max_payload`` while the log
+        # grows, so the follower never reaches the end it was last told about, and healthy
+        # followers left the ISR after ``isr_lag_time`` (publishes then got 503). A follower
+        # is lagging only when it lacks what the leader had ``isr_lag_time`` ago.
+        self._leo_history: deque[tuple[float, R.Pos]] = deque(maxlen=int(isr_lag_time / TICK) + 8)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the ISR maintenance task; answer parked fetches as soon as messages arrive."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"leader:{self.stream.name}")
+        self._task.add_done_callback(_log_failure)
+        self.stream.add_stored_listener(self._on_stored)
+        self._recompute()
+        self._check_quorum()  # elected with too few in-sync replicas
+
+    def _on_stored(self, seq: int, subject: str) -> None:
+        self.wake()
+
+    async def stop(self) -> None:
+        """Stop serving: parked fetches are answered NOT_LEADER, waiters released."""
+        self._closed = True
+        self.stream.remove_stored_listener(self._on_stored)
+        for t in (self._task, self._isr_change):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        for p in self._parked:
+            p.reply(R.encode(R.FetchReply(code=R.NOT_LEADER, epoch=self.epoch)))
+        self._parked.clear()
+        for _, fut in self._consumer_waiters:
+            if not fut.done():
+                fut.set_exception(JetlogError("no longer the stream leader"))
+        self._consumer_waiters.clear()
+
+    def update_assignment(self, replicas: list[str], isr: list[str], isr_version: int) -> None:
+        """The metadata changed the replica set or the ISR (applied through Raft)."""
+        self.replicas = list(replicas)
+        now = self._clock()
+        for r in self.replicas:
+            if r != self.node and r not in self.followers:
+                self.followers[r] = FollowerView(last_fetch=now, last_caught_up=now)
+        for r in list(self.followers):
+            if r not in self.replicas:
+                del self.followers[r]
+        if isr != self.isr:
+            log.info("stream %s: ISR %s -> %s (epoch %d)", self.stream.name, self.isr, isr, self.epoch)
+        self.isr = list(isr)
+        self._check_quorum()
+        self.isr_version = isr_version
+        self._recompute()
+
+    # ---- Replication seam (called by the Stream) ---------------------------------------------
+
+    def on_durable(self, seq: int) -> None:
+        """The local group commit advanced."""
+        self._recompute()
+
+    def publish_error(self) -> ApiError | None:
+        """Refuse publishes at once when the ISR is below ``min_insync``, or when this node lost
+        the Raft group and hears no other member (nobody else can answer them)."""
+        if len(self.isr) < self.min_insync or self.node not in self.isr:
+            return E.CLUSTER_NOT_AVAIL()
+        if self._fenced():
+            return E.CLUSTER_NOT_AVAIL()
+        return None
+
+    def fenced(self) -> bool:
+        """Lost the Raft group while other members are alive: stop acting as leader at once and
+        answer nothing (another node may lead now; see ``Stream.process``)."""
+        return self._fenced() and not self._alone()
+
+    def deliveries_held(self) -> bool:
+        """Consumer deliveries wait while no in-sync follower has fetched at this epoch for
+        ``hold_after`` (a long poll returns every ``WAIT_MS``, so a healthy follower is never
+        that quiet). That is the state of a leader that was paused or cut off and has not yet
+        applied its deposition: its followers fetch from the new leader, which delivers and
+        sees the acks; redelivering here, from state without those acks, hands consumers
+        messages they have acknowledged (chaos finding 5). Without followers in the ISR there
+        is no one to hear from, and nothing is held."""
+        others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
+        if not others:
+            return False
+        now = self._clock()
+        return all(now - f.last_fetch > self.hold_after for f in others)
+
+    def _check_quorum(self) -> None:
+        """Tell once (``on_quorum_lost``) when the stream stalls: fewer in-sync replicas than
+        ``min_insync`` (publishes refused), or no in-sync follower heard from (deliveries held;
+        two of three nodes down, when Raft cannot shrink the ISR either)."""
+        lost = len(self.isr) < self.min_insync or self._held
+        if lost and not self._quorum_lost:
+            self._on_quorum_lost()
+        self._quorum_lost = lost
+
+    def _update_hold(self) -> None:
+        held = self.deliveries_held()
+        if held == self._held:
+            return
+        self._held = held
+        self._check_quorum()
+        if held:
+            log.warning(
+                "stream %s: no fetch from an in-sync follower for %.1fs, holding consumer deliveries",
+                self.stream.name,
+                self.hold_after,
+            )
+            return
+        log.info("stream %s: followers fetching again, consumer deliveries resume", self.stream.name)
+        cset = self.stream.consumers
+        if cset is not None:
+            cset.kick_all()
+
+    # ---- high-water mark ---------------------------------------------------------------------
+
+    def _recompute(self) -> None:
+        if self._closed:
+            return
+        low = self.store.durable_end()
+        for r in self.isr:
+            if r == self.node:
+                continue
+            f = self.followers.get(r)
+            if f is None or not f.ever_fetched:
+                # A member that has not reported since this leadership began holds at least
+                # what was committed before; it cannot advance the mark yet.
+                return
+            if f.pos < low:
+                low = f.pos
+        if len(self.isr) < self.min_insync:
+            # Strict min ISR: nothing commits while too few replicas hold it.
+            return
+        if low > self.hw_pos:
+            self.hw_pos = low
+            self.stream.advance(low[0])
+            self.wake()
+            waiters, self._hw_waiters = self._hw_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._release_consumer_waiters()
+
+    async def sync(self, timeout: float = 5.0) -> None:
+        """Wait until the ISR holds everything stored so far durably (removal ops included)."""
+        target = self.store.seal()
+        self.wake()
+        # Local durability first: a batch of removal ops alone does not advance committed_seq,
+        # so no commit listener would recompute the mark for it.
+        await self.store.flush()
+        self._recompute()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.hw_pos < target and not self._closed:
+            if loop.time() >= deadline:
+                raise JetlogError("not replicated to the in-sync replicas in time")
+            fut: asyncio.Future[None] = loop.create_future()
+            self._hw_waiters.append(fut)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+
+    def lags(self) -> dict[str, int]:
+        """Messages each follower is behind this leader's log end (all of it until it has
+        fetched in this leadership)."""
+        leo = self.store.log_end()[0]
+        return {r: max(0, leo - f.pos[0]) if f.ever_fetched else leo for r, f in self.followers.items()}
+
+    @property
+    def hw(self) -> int:
+        """The committed sequence (what the stream reports as ``committed_seq``)."""
+        return int(self.stream.committed_seq)
+
+    # ---- consumer-state replication ----------------------------------------------------------
+
+    def _release_consumer_waiters(self) -> None:
+        if not self._consumer_waiters:
+            return
+        done = self.consumer_replicated_idx()
+        keep = []
+        for idx, fut in self._consumer_waiters:
+            if idx <= done:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((idx, fut))
+        self._consumer_waiters = keep
+
+    def consumer_replicated_idx(self) -> int:
+        """Consumer-log records held durably by every ISR follower in this epoch's lineage."""
+        low: int | None = None
+        for r in self.isr:
+            if r == self.node:
+                continue
+            f = self.followers.get(r)
+            if f is None or f.cepoch != self.epoch:
+                return -1
+            low = f.cidx if low is None else min(low, f.cidx)
+        return (1 << 62) if low is None else low
+
+    async def consumers_replicated(self, idx: int, timeout: float = 5.0) -> None:
+        """Wait until every ISR follower holds consumer-log records up to ``idx`` durably."""
+        if self.consumer_replicated_idx() >= idx:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._consumer_waiters.append((idx, fut))
+        self.wake()
+        await asyncio.wait_for(fut, timeout)
+
+    # ---- serving fetches ---------------------------------------------------------------------
+
+    def handle_epoch_end(self, req: R.EpochEndRequest) -> bytes:
+        """KIP-279: the largest epoch ≤ ``req.epoch`` and where it ends in this log."""
+        if req.leader_epoch != self.epoch:
+            return R.encode(R.EpochEndReply(code=R.NOT_LEADER, leader_epoch=self.epoch))
+        e, end = self.store.epoch_end(req.epoch)
+        return R.encode(R.EpochEndReply(code=R.OK, epoch=e, end=end, leader_epoch=self.epoch))
+
+    def handle_fetch(self, req: R.FetchRequest, reply: Callable[[bytes], None]) -> None:
+        """Record the follower's position, then answer now or park the request."""
+        if req.epoch != self.epoch:
+            reply(R.encode(R.FetchReply(code=R.NOT_LEADER, epoch=self.epoch)))
+            return
+        f = self.followers.get(req.replica)
+        if f is None:
+            reply(R.encode(R.FetchReply(code=R.ERROR, epoch=self.epoch, error="not a replica")))
+            return
+        now = self._clock()
+        f.last_fetch = now
+        pos: R.Pos = tuple(req.pos)  # type: ignore[assignment]
+        if f.ever_fetched and pos < f.pos and req.replica in self.isr:
+            # The follower lost data it had acknowledged (a wiped or repaired replica): it no
+            # longer holds what the HW counted on, so it leaves the ISR now, not after a lag.
+            log.warning(
+                "stream %s: %s went back from %s to %s, leaving the ISR",
+                self.stream.name,
+                req.replica,
+                f.pos,
+                pos,
+            )
+            f.last_caught_up = 0.0
+            if self._isr_change is None or self._isr_change.done():
+                self._change_isr([r for r in self.isr if r != req.replica])
+        f.pos = pos
+        f.hw_known = req.hw
+        # Records of a snapshot still in transfer are not durable on the follower yet.
+        f.cepoch, f.cidx = (req.cepoch, req.cidx) if not req.csnap else (0, -1)
+        f.ever_fetched = True
+        if self._held:
+            self._update_hold()
+        leo = self.store.log_end()
+        if f.pos >= f.leo_sent or f.pos >= leo:
+            f.last_caught_up = now
+        else:
+            f.last_caught_up = max(f.last_caught_up, caught_up_as_of(self._leo_history, f.pos))
+        self._recompute()
+        self._maybe_expand(req.replica, f)
+        if self._has_news(req, f, leo) or req.wait_ms <= 0:
+            reply(self._answer(req, f))
+            return
+        self._parked.append(_Parked(req, reply, now + req.wait_ms / 1000.0))
+
+    def _has_news(self, req: R.FetchRequest, f: FollowerView, leo: R.Pos) -> bool:
+        if req.chunk or req.csnap:
+            return True
+        if tuple(req.pos) < leo or req.hw < self.hw:
+            return True
+        return req.cepoch != self.epoch or req.cidx < self._consumer_idx()
+
+    def _consumer_idx(self) -> int:
+        feed = self._consumer_feed()
+        return feed.appended if feed is not None else 0
+
+    def _consumer_feed(self) -> Any:
+        cset = self.stream.consumers
+        return None if cset is None else cset.clog
+
+    def _answer(self, req: R.FetchRequest, f: FollowerView) -> bytes:
+        budget = max(4096, min(req.max_bytes, self._max_payload() - 8192))
+        leo = self.store.log_end()
+        f.leo_sent = leo
+        head = R.FetchReply(code=R.OK, epoch=self.epoch, hw=self.hw, leo=leo)
+        head.floor = self.replica_floor()
+        pos = tuple(req.pos)
+        try:
+            rr = self.store.read_batches(pos, budget, offset=req.chunk)
+        except JetlogError as e:
+            return self._read_error(e, head)
+        body = rr.data
+        head.last = rr.last
+        head.partial = rr.size
+        budget -= len(body)
+        self._add_consumer_records(req, head, budget)
+        return R.encode(head, body)
+
+    def _read_error(self, e: JetlogError, head: R.FetchReply) -> bytes:
+        if isinstance(e, OutOfRangeError):
+            head.code = R.OUT_OF_RANGE
+            head.start = e.start
+            head.first_seq = e.start[0] + 1
+        elif isinstance(e, PositionError):
+            head.code = R.UNKNOWN_POS
+        else:
+            head.code = R.ERROR
+        head.error = str(e)[:300]
+        return R.encode(head)
+
+    def _add_consumer_records(self, req: R.FetchRequest, head: R.FetchReply, budget: int) -> None:
+        feed = self._consumer_feed()
+        if feed is None:
+            return
+        head.cepoch = self.epoch
+        budget = max(budget, 4096)
+        if req.csnap and req.cepoch == self.epoch and self._image is not None and self._image[0] == req.cidx:
+            # Continue a snapshot transfer from where the follower is.
+            idx, image = self._image
+            head.crecs, head.cidx, head.csnap = image[req.csnap : req.csnap + budget], idx, len(image)
+            head.coff = req.csnap
+            return
+        if req.cepoch == self.epoch and not req.csnap:
+            recs = feed.records_after(req.cidx, budget)
+            if recs is not None:
+                head.crecs, head.cidx = recs
+                return
+        # Another lineage or too far behind: send the full image of every durable consumer
+        # (in chunks when it is large); the follower replaces its consumer log with it.
+        image, idx = self.stream.consumers.image()
+        self._image = (idx, image)
+        head.crecs, head.cidx, head.csnap = image[:budget], idx, len(image)
+        head.coff = 0
+
+    def replica_floor(self) -> int:
+        """The lowest sequence any replica may still fetch from (compaction stays below it)."""
+        low = self.hw_pos[0]
+        for f in self.followers.values():
+            if not f.ever_fetched:
+                return 0
+            low = min(low, f.pos[0])
+        return low
+
+    def wake(self) -> None:
+        """The log, the HW or the consumer feed moved: answer parked fetches (once per tick)."""
+        if self._parked and not self._wake_scheduled and not self._closed:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake_scheduled = False
+        if not self._parked:
+            return
+        # Parked followers are waiting for exactly this: ship the open batch now rather than
+        # when the flusher takes it (one loop iteration, but followers are idle meanwhile).
+        leo = self.store.seal()
+        now = self._clock()
+        keep = []
+        for p in self._parked:
+            f = self.followers.get(p.req.replica)
+            if f is None:
+                continue
+            if self._has_news(p.req, f, leo) or now >= p.deadline:
+                p.reply(self._answer(p.req, f))
+            else:
+                keep.append(p)
+        self._parked = keep
+
+    # ---- ISR maintenance ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(TICK)
+            self._leo_history.append((self._clock(), self.store.log_end()))
+            self._update_hold()
+            self._expire_parked()
+            self._check_isr()
+            if self._parked:
+                # Removals (acks on a work queue, expiry) wake nobody by themselves: ship the
+                # open batch to waiting followers at least every tick.
+                self.wake()
+
+    def _expire_parked(self) -> None:
+        if not self._parked:
+            return
+        now = self._clock()
+        if any(now >= p.deadline for p in self._parked):
+            self._wake_now()
+
+    def _check_isr(self) -> None:
+        if self._isr_change is not None and not self._isr_change.done():
+            return
+        now = self._clock()
+        lagging = [
+            r
+            for r in self.isr
+            if r != self.node
+            and (f := self.followers.get(r)) is not None
+            and now - f.last_caught_up > self.isr_lag_time
+        ]
+        if lagging:
+            new = [r for r in self.isr if r not in lagging]
+            log.warning(
+                "stream %s: %s not caught up for %.1fs, leaving the ISR",
+                self.stream.name,
+                ",".join(lagging),
+                self.isr_lag_time,
+            )
+            self._change_isr(new)
+
+    def _maybe_expand(self, replica: str, f: FollowerView) -> None:
+        if replica in self.isr or replica not in self.replicas:
+            return
+        if not self._alive(replica):
+            # The controller counts it gone (no heartbeat, or no contact with the Raft group):
+            # re-adding it would only have the controller drop it again, round after round.
+            return
+        if self._isr_change is not None and not self._isr_change.done():
+            return
+        # Kafka's rule: back in once the follower durably holds everything committed. It
+        # fetches at this epoch, so it has already truncated to this leader's lineage; and
+        # everything committed is at or below this epoch's start (the HW position of this
+        # epoch stays unknown while the ISR is below min_insync, which is when a follower
+        # rejoining matters most).
+        if f.pos >= self.hw_pos and f.pos >= self.epoch_start:
+            log.info("stream %s: %s caught up, rejoining the ISR", self.stream.name, replica)
+            self._change_isr([r for r in self.replicas if r in self.isr or r == replica])
+
+    def _change_isr(self, isr: list[str]) -> None:
+        async def run() -> None:
+            try:
+                await self._propose_isr(self.stream.name, self.epoch, self.isr_version, isr)
+            except JetlogError as e:
+                log.warning("stream %s: ISR change to %s failed: %s", self.stream.name, isr, e)
+
+        self._isr_change = asyncio.get_running_loop().create_task(run(), name=f"isr:{self.stream.name}")
+        self._isr_change.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -1,0 +1,254 @@
+"""Turns the replicated metadata into this node's local state.
+
+For every stream the metadata lists, this node holds a replica when it is among the stream's
+replicas, and plays the role the assignment gives it: leader at the assignment's epoch, or
+follower of the assignment's leader at that epoch. Every metadata change for a stream (applied
+through Raft, delivered in log order) re-runs :meth:`Reconciler.reconcile` for it; runs for one
+stream are serialised.
+
+Two rules protect acknowledged data:
+
+* A node never resumes leadership at an epoch it held before a restart. When it finds itself
+  the leader in the metadata at start, it asks for a new election instead (another live
+  in-sync replica if there is one, else itself at epoch + 1, and never itself when its replica
+  was lost from disk).
+* Local data is only deleted when the metadata deleted the stream or moved its replica away —
+  never because the metadata does not (yet) know a directory found on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jetlog.cluster import meta as M
+from jetlog.cluster.controller import pick_leader
+from jetlog.errors import JetlogError
+from jetlog.stream.stream import FOLLOWER
+
+log = logging.getLogger("jetlog.cluster.reconcile")
+
+
+@dataclass
+class Role:
+    """What this node does for one stream right now."""
+
+    kind: str  # "leader" | "follower"
+    epoch: int
+    leader: str
+    obj: Any  # StreamLeader | StreamFollower
+    config: bytes
+
+
+class Reconciler:
+    """Applies metadata to the local stream manager."""
+
+    def __init__(
+        self,
+        node: str,
+        state: Any,
+        streams: Any,
+        raft: Any,
+        *,
+        alive: Callable[[str], bool],
+        decode_config: Callable[[bytes], Any],
+        make_leader: Callable[[Any, Any], Any],
+        make_follower: Callable[[Any, Any], Any],
+        on_role_change: Callable[[str], None] = lambda name: None,
+    ) -> None:
+        self.node = node
+        self.state = state
+        self.streams = streams
+        self.raft = raft
+        self.alive = alive
+        self.decode_config = decode_config
+        self.make_leader = make_leader
+        self.make_follower = make_follower
+        self.on_role_change = on_role_change
+        self.roles: dict[str, Role] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._fresh: set[str] = set()
+        """Streams whose leadership this process has not yet re-established since start."""
+        self._intact: dict[str, bool] = {}
+        self._damaged: set[str] = set()
+        """Replicas to rebuild from the leader before following (corruption found at open)."""
+
+    def pending_reelections(self) -> list[str]:
+        """Streams whose post-restart re-election has not gone through yet."""
+        return sorted(self._fresh)
+
+    def leads(self) -> int:
+        """How many streams this node leads."""
+        return sum(1 for r in self.roles.values() if r.kind == "leader")
+
+    async def start(self) -> None:
+        """First pass, once the metadata is current: every stream this node holds."""
+        on_disk = set(self.streams.local_names())
+        for name, a in sorted(self.state.streams.items()):
+            if self.node in a.replicas:
+                self._intact[name] = name in on_disk
+                if a.leader == self.node:
+                    self._fresh.add(name)
+        for name in sorted(on_disk - set(self.state.streams)):
+            log.warning(
+                "stream %s is on disk but not in the cluster metadata: left untouched (offline)", name
+            )
+            self.streams.offline[name] = "not in the cluster metadata"
+        for name in sorted(self.state.streams):
+            await self.reconcile(name)
+
+    async def stop(self) -> None:
+        """Stop every leader and follower (streams are closed by the stream manager)."""
+        for name in list(self.roles):
+            await self._stop_role(name)
+
+    async def reconcile(self, name: str) -> None:
+        """Bring the local replica of ``name`` in line with the metadata."""
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            try:
+                await self._reconcile(name)
+            except JetlogError as e:
+                log.error("stream %s: cannot apply the cluster metadata: %s", name, e)
+
+    async def _reconcile(self, name: str) -> None:
+        a = self.state.streams.get(name)
+        stream = self.streams.get(name)
+        if a is None or self.node not in a.replicas:
+            if name in self.roles:
+                await self._stop_role(name)
+            if stream is not None:
+                log.info(
+                    "stream %s: %s, removing the local replica",
+                    name,
+                    "deleted" if a is None else "moved away",
+                )
+                await self.streams.delete(name)
+                self.on_role_change(name)
+            self._locks.pop(name, None)
+            return
+        config = self.decode_config(a.config)
+        if stream is not None and stream.created != a.created:
+            # Deleted and created again (the delete was not reconciled yet): the local replica
+            # belongs to the old incarnation and must not leak into the new one.
+            log.info("stream %s: re-created, dropping the replica of the previous incarnation", name)
+            if name in self.roles:
+                await self._stop_role(name)
+            await self.streams.delete(name)
+            stream = None
+        if stream is None:
+            stream, had = await self.streams.open_replica(config, a.created, role=FOLLOWER)
+            lost = stream.store.state().lost_seqs
+            if lost:
+                # Recovery quarantined corrupt data: this replica can neither lead nor count
+                # as in sync. Start it over from the leader (a replica repairs from the leader).
+                log.error(
+                    "stream %s: the local replica lost %d messages to corruption; it will be "
+                    "rebuilt from the leader",
+                    name,
+                    len(lost),
+                )
+                self._damaged.add(name)
+            self._intact.setdefault(name, had and not lost)
+        role = self.roles.get(name)
+        if role is not None and role.config != a.config:
+            await self.streams.update_replica(stream, config)
+            role.config = a.config
+        if a.leader == self.node:
+            if name in self._fresh:
+                await self._reelect(name, a)
+                return
+            if role is not None and role.kind == "leader" and role.epoch == a.epoch:
+                role.obj.update_assignment(a.replicas, a.isr, a.isr_version)
+                return
+            await self._become_leader(name, stream, a)
+        else:
+            self._fresh.discard(name)
+            if (
+                role is not None
+                and role.kind == "follower"
+                and role.leader == a.leader
+                and role.epoch == a.epoch
+            ):
+                return
+            if role is None and not a.leader and stream.role == FOLLOWER:
+                return
+            await self._become_follower(name, stream, a)
+
+    async def _reelect(self, name: str, a: Any) -> None:
+        """Found ourselves leader after a restart: never lead again at the old epoch."""
+        self._fresh.discard(name)
+        intact = self._intact.get(name, False)
+        other = pick_leader(a, self.alive, exclude=self.node)
+        leader = other or (self.node if intact else "")
+        if not leader:
+            log.error(
+                "stream %s: this node led it but its replica is gone from disk and no other "
+                "in-sync replica is alive: not taking leadership (acknowledged data would be lost)",
+                name,
+            )
+            return
+        isr = a.isr if intact else [r for r in a.isr if r != self.node]
+        if leader not in isr:
+            isr = [leader, *isr]
+        log.info("stream %s: restarted leader, handing over to %s at epoch %d", name, leader, a.epoch + 1)
+        try:
+            res = await self.raft.propose(
+                M.ElectLeader(name=name, leader=leader, isr=isr, expect_epoch=a.epoch)
+            )
+            if not res.ok:
+                log.info("stream %s: re-election not applied: %s", name, res.error)
+        except JetlogError as e:
+            log.warning("stream %s: re-election failed: %s", name, e)
+            self._fresh.add(name)  # try again at the next change or pass
+        # The commit (or someone else's) triggers another reconcile through the metadata events.
+
+    async def _become_leader(self, name: str, stream: Any, a: Any) -> None:
+        await self._stop_role(name)
+        leader = self.make_leader(stream, a)
+        await stream.promote(a.epoch, leader)
+        await self.streams.attach(stream)
+        cset = stream.consumers
+        if cset is not None and cset.clog is not None:
+            cset.clog.enable_feed()
+            cset.clog.on_append = leader.wake
+            cset.clog.replicated = leader.consumers_replicated
+        leader.start()
+        self.roles[name] = Role("leader", a.epoch, self.node, leader, a.config)
+        log.info("stream %s: leader at epoch %d (ISR %s)", name, a.epoch, a.isr)
+        self.on_role_change(name)
+
+    async def _become_follower(self, name: str, stream: Any, a: Any) -> None:
+        await self._stop_role(name)
+        if not a.leader:
+            # Leaderless (its ISR is gone): hold the replica, follow nobody until an election.
+            await stream.demote(None)
+            return
+        follower = self.make_follower(stream, a)
+        await stream.demote(follower)
+        if name in self._damaged:
+            self._damaged.discard(name)
+            await stream.store.reset(stream.config.first_seq or 1)
+            stream.clamp_committed()
+        await follower.start()
+        self.roles[name] = Role("follower", a.epoch, a.leader, follower, a.config)
+        log.info("stream %s: following %s at epoch %d", name, a.leader or "-", a.epoch)
+        self.on_role_change(name)
+
+    async def _stop_role(self, name: str) -> None:
+        role = self.roles.pop(name, None)
+        if role is None:
+            return
+        await role.obj.stop()
+        if role.kind == "leader":
+            stream = self.streams.get(name)
+            if stream is not None:
+                await self.streams.detach(stream)
+                await stream.demote(None)
+
+    def role_of(self, name: str) -> Role | None:
+        """This node's current role for ``name``."""
+        return self.roles.get(name)

@@ -1,0 +1,84 @@
+"""Batch positions of a log (``store.Pos``): the per-segment table that maps them to bytes.
+
+A position is ``(last_seq, k)``; ``k`` counts the earlier batches with the same ``last_seq``.
+Only batches holding nothing but removal ops repeat a ``last_seq``, and the first batch of a
+segment always starts a new one (a segment is only ever started for a batch that assigns a
+sequence: a writer rolls when it appends a record, a follower only before a batch with
+records; a rewritten segment starts with its records or with its sequence high-water mark).
+So ``k`` can be computed inside one segment, and the segment holding ``(s, k)`` is the last
+one whose base is ≤ ``s``.
+
+*Null* batches (no record, no op, ``last_seq == base_seq``) change nothing and have no
+position: the header-only batch that remembers an empty store's first sequence, and the empty
+tail batch a rewrite may leave. Tables leave them out, and so does replication.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+
+from jetlog.log.store import Pos
+from jetlog.wire import records as rc
+
+NULL_LAST = (1 << 64) - 1
+"""``last_seq`` recorded for a null batch in index files (it has no position)."""
+
+
+def is_null(h: rc.BatchHeader) -> bool:
+    """True for a batch that changes nothing (see the module docstring)."""
+    return not h.n_records and not h.n_ops and h.last_seq == h.base_seq
+
+
+class PosTable:
+    """The position-bearing batches of one segment (or of a memory log), in log order:
+    file offset, stored size and ``last_seq`` of each. Memory: 24 bytes per batch."""
+
+    __slots__ = ("last", "off", "size")
+
+    def __init__(self) -> None:
+        self.off = array("Q")
+        self.size = array("Q")
+        self.last = array("Q")
+
+    def __len__(self) -> int:
+        return len(self.last)
+
+    def add(self, off: int, size: int, last: int) -> None:
+        self.off.append(off)
+        self.size.append(size)
+        self.last.append(last)
+
+    def k(self, i: int) -> int:
+        """``k`` of entry ``i`` (batches before it with the same ``last_seq``)."""
+        return i - bisect_left(self.last, self.last[i])
+
+    def pos(self, i: int) -> Pos:
+        return (self.last[i], self.k(i))
+
+    def find(self, pos: Pos) -> int:
+        """The entry at ``pos``, or -1."""
+        s, k = pos
+        if k < 0:
+            return -1
+        i = bisect_left(self.last, s) + k
+        return i if i < len(self.last) and self.last[i] == s else -1
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` entries."""
+        del self.off[n:]
+        del self.size[n:]
+        del self.last[n:]
+
+    @classmethod
+    def from_batches(cls, offsets: array[int], lasts: array[int], covered: int) -> PosTable:
+        """The table of a segment from its index columns: every batch's offset and
+        ``last_seq`` (``NULL_LAST`` for null batches) and the bytes they cover."""
+        t = cls()
+        n = len(offsets)
+        for i in range(n):
+            last = lasts[i]
+            if last != NULL_LAST:
+                end = offsets[i + 1] if i + 1 < n else covered
+                t.add(offsets[i], end - offsets[i], last)
+        return t

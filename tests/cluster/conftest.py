@@ -1,0 +1,72 @@
+"""Cluster fixtures: one real nats-server and three real ``jetlog serve`` processes
+(``jetlog.devcluster.LocalCluster``), so tests can kill -9, freeze and restart nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+
+from jetlog.devcluster import LocalCluster
+from jetlog.embedded import NatsServer
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[NatsServer]:
+    async with NatsServer(leafnode=True) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def make_cluster(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[LocalCluster]]]:
+    """``await make_cluster(nats_url=..., leaf_url=..., **kw)``: a started 3-node cluster that
+    is stopped at teardown whatever the test did (no process outlives its test)."""
+    made: list[LocalCluster] = []
+
+    async def make(**kw: Any) -> LocalCluster:
+        c = LocalCluster(str(tmp_path / f"c{len(made)}"), kw.pop("nodes", 3), **kw)
+        made.append(c)
+        await c.start(timeout=90)
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            await c.stop()
+
+
+@pytest.fixture
+async def cluster(upstream: NatsServer, tmp_path: Any) -> AsyncIterator[LocalCluster]:
+    c = LocalCluster(
+        str(tmp_path / "cluster"), 3, nats_url=upstream.url, leaf_url=upstream.leaf_url, log_level="info"
+    )
+    try:
+        await c.start(timeout=90)
+        yield c
+    finally:
+        await c.stop()
+
+
+async def wait_for(
+    pred: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> float:
+    """Poll ``pred`` until true; returns the seconds it took (AssertionError on timeout)."""
+    t0 = time.monotonic()
+    while True:
+        if await pred():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def stream_info(nc: nats.NATS, name: str, timeout: float = 2.0) -> dict[str, Any]:
+    """Raw STREAM.INFO reply (as JSON)."""
+    msg = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=timeout)
+    return msgspec.json.decode(msg.data)

@@ -1,0 +1,92 @@
+"""The ``jetlog`` command line: every flag documented, ``--version``, and ``status`` failing fast
+and plainly against a server that is not there (refused, silent, unknown host)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.metadata import version
+
+import pytest
+
+from jetlog.cli import build_parser
+
+
+def _parsers(
+    p: argparse.ArgumentParser, path: str = "jetlog"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield path, p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_flag_of_every_subcommand_has_help() -> None:
+    seen = 0
+    missing = []
+    for path, p in _parsers(build_parser()):
+        for action in p._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            seen += 1
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert seen > 40  # the walk really visited serve, dev, status, bench and fuzz
+    assert not missing, missing
+
+
+def test_subcommands_are_all_there() -> None:
+    names = {path for path, _ in _parsers(build_parser())}
+    assert {"jetlog serve", "jetlog dev", "jetlog status", "jetlog bench", "jetlog fuzz"} <= names
+
+
+def _jetlog(*args: str, timeout: float = 30) -> tuple[int, str, str, float]:
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "jetlog", *args], capture_output=True, text=True, timeout=timeout
+    )
+    return r.returncode, r.stdout, r.stderr, time.monotonic() - t0
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    rc, out, err, _ = _jetlog("--version")
+    assert rc == 0, err
+    assert out.strip() == f"jetlog {version('jetlog')}"
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A TCP port that accepts connections and never says anything (a hung server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield s.getsockname()[1]
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: connecting is refused
+
+
+@pytest.mark.parametrize("kind", ["refused", "silent", "unknown-host"])
+def test_status_against_an_unreachable_url_fails_fast_with_one_line(kind: str, silent_port: int) -> None:
+    url = {
+        "refused": f"nats://127.0.0.1:{_refused_port()}",
+        "silent": f"nats://127.0.0.1:{silent_port}",
+        "unknown-host": "nats://no-such-host.invalid:4222",
+    }[kind]
+    rc, out, err, took = _jetlog("status", "--nats-url", url, "--timeout", "1")
+    assert rc == 1
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"jetlog: cannot connect to {url}: ")
+    assert "Traceback" not in err
+    # The connect timeout (1 s) plus the interpreter's start-up, never nats-py's retry loop.
+    assert took < 1 + 4, took
