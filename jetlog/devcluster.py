@@ -106,6 +106,11 @@ class LocalCluster:
         self.secret = ""
         self._load_layout()
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` stderr lines of every node, each prefixed with its name (for
+        failure messages)."""
+        return "\n".join(f"[{m.name}] {ln}" for m in self.members.values() for ln in m.stderr_tail[-lines:])
+
     # ---- layout ------------------------------------------------------------------------------
 
     def _load_layout(self) -> None:

@@ -126,10 +126,7 @@ async def test_leader_nats_links_blocked(
         try:
             gap = await _first_ack_after(pubs, t0)
         except AssertionError as e:
-            logs = "\n".join(
-                f"[{m.name}] {ln}" for m in cluster.members.values() for ln in m.stderr_tail[-40:]
-            )
-            raise AssertionError(f"{e}\n{logs}") from None
+            raise AssertionError(f"{e}\n{cluster.log_tail()}") from None
         print(f"NATS partition: first ack {gap:.2f}s after the cut")
         assert gap < 5.0
         new_leader = await _wait_new_leader(nc, leader)
@@ -140,10 +137,7 @@ async def test_leader_nats_links_blocked(
         try:
             await wait_for(lambda: _current(nc, new_leader), 60, "the cut-off node back in the ISR")
         except AssertionError as e:
-            logs = "\n".join(
-                f"[{m.name}] {ln}" for m in cluster.members.values() for ln in m.stderr_tail[-40:]
-            )
-            raise AssertionError(f"{e}\n{logs}") from None
+            raise AssertionError(f"{e}\n{cluster.log_tail()}") from None
     finally:
         await stop_publishers(pubs, tasks, pnc)
         await nc.close()

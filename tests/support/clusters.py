@@ -75,9 +75,7 @@ class BackgroundCluster:
     def logs(self) -> str:
         """The nodes' recent stderr (for failure messages)."""
         assert self.cluster is not None
-        return "\n".join(
-            f"[{m.name}] {line}" for m in self.cluster.members.values() for line in m.stderr_tail[-30:]
-        )
+        return self.cluster.log_tail(30)
 
     async def _stop(self) -> None:
         if self.cluster is not None:
