@@ -77,6 +77,9 @@ class Api(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """JetStream domain: also serve ``$JS.<domain>.API.>`` and report it in PubAcks."""
     max_streams: int = -1
     """Streams this node (cluster) accepts; -1: no limit (JetStream's 10027 beyond it)."""
+    default_max_consumers: int = 1000
+    """Consumers a stream accepts when its ``max_consumers`` is unset (<= 0), as nats-server
+    2.15's ``jetstream { limits { default_max_consumers } }``; -1: no default limit."""
 
 
 class Logging(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -19,6 +19,7 @@ from jetlog.api.models_gojson import go_quote
 from jetlog.consumer import frames as F
 from jetlog.consumer import wire as W
 from jetlog.consumer.config import prepare_consumer_create, valid_group_name, with_pause
+from jetlog.consumer.config_defaults import ServerLimits
 from jetlog.consumer.pull import Waiting
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.wire.timefmt import format_time, parse_time
@@ -106,6 +107,7 @@ class ConsumerApi:
     def __init__(self, node: ApiHost, router: ApiReplies) -> None:
         self.node = node
         self.router = router
+        self._limits = ServerLimits(default_max_consumers=node.cfg.api.default_max_consumers)
 
     @property
     def version(self) -> str:
@@ -181,7 +183,12 @@ class ConsumerApi:
 
         try:
             plan = prepare_consumer_create(
-                tokens, data, lookup=lookup, required_api_level=level, has_interest=leaf.has_interest
+                tokens,
+                data,
+                lookup=lookup,
+                required_api_level=level,
+                limits=self._limits,
+                has_interest=leaf.has_interest,
             )
             if plan is None:
                 return

@@ -284,6 +284,9 @@ def plan_consumer_create(
         raise E.CONSUMER_DOES_NOT_EXIST()
     limitable = sum(1 for c in consumers.values() if not c.direct and not c.sourcing)
     maxc = stream_config.max_consumers
+    if maxc <= 0:
+        # nats-server 2.15 substitutes its default for an unset (or -1) stream limit.
+        maxc = limits.default_max_consumers
     acc = limits.account_max_consumers
     if maxc <= 0 or 0 < acc < maxc:
         maxc = acc

@@ -70,6 +70,9 @@ class ServerLimits:
     max_request_batch: int = 0
     account_max_ack_pending: int = -1
     account_max_consumers: int = -1
+    default_max_consumers: int = 1000
+    """The per-stream limit when the stream's ``max_consumers`` is unset (nats-server 2.15's
+    ``default_max_consumers``, 1000 unless configured); <= 0: none."""
     clustered: bool = False
 
 

@@ -188,7 +188,7 @@ class ConsumerSet:
         """Rewrite the state log as one snapshot per durable consumer."""
         if self.clog is None:
             return
-        await self.clog.compact(self._durable_states())
+        await self.clog.compact(self._durable_states)
 
     def image(self) -> tuple[bytes, int]:
         """The compacted state log of every durable consumer, and the number of records the

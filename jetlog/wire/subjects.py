@@ -118,6 +118,11 @@ def collide(a: str, b: str) -> bool:
     """True if some literal subject matches both ``a`` and ``b`` (either may hold wildcards)."""
     if a == b:
         return True
+    # Most pairs differ in a literal first token: no subject can match both. This check keeps
+    # the catalog's overlap scans (every stream against a new one) cheap with many streams.
+    ha, hb = a.partition(".")[0], b.partition(".")[0]
+    if ha != hb and ha != PWC and ha != FWC and hb != PWC and hb != FWC:
+        return False
     la, lb = is_literal(a), is_literal(b)
     if la and lb:
         return False

@@ -272,3 +272,36 @@ async def test_pull_request_dropped_when_inbox_loses_interest(target: Target) ->
     finally:
         await other.close()
         await nc.close()
+
+
+async def _create_consumers(nc: nats.NATS, stream: str, names: list[str]) -> list[dict]:  # type: ignore[type-arg]
+    """Create durables ``names`` (50 requests in flight); their replies in order."""
+    out: list[dict] = []  # type: ignore[type-arg]
+    for i in range(0, len(names), 50):
+        out += await asyncio.gather(
+            *(
+                api(
+                    nc,
+                    f"$JS.API.CONSUMER.CREATE.{stream}.{n}",
+                    {"stream_name": stream, "config": {"durable_name": n, "ack_policy": "explicit"}},
+                    timeout=10,
+                )
+                for n in names[i : i + 50]
+            )
+        )
+    return out
+
+
+async def test_default_consumer_limit_per_stream(nc: nats.NATS) -> None:
+    # nats-server 2.15 gives every stream without its own max_consumers a limit of 1000
+    # (jetstream.limits.default_max_consumers); a stream's own limit, even a larger one, wins.
+    js = nc.jetstream()
+    for stream, own, limit in (("DEF", None, 1000), ("OWN", 1002, 1002)):
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], max_consumers=own)
+        replies = await _create_consumers(nc, stream, [f"c{i}" for i in range(limit)])
+        assert [error_of(r) for r in replies] == [None] * limit
+        # The one beyond the limit, on its own (concurrent creates may be taken in any order).
+        (over,) = await _create_consumers(nc, stream, ["over"])
+        assert error_of(over) == (400, 10026, "maximum consumers limit reached")
+        info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
+        assert (info["config"]["max_consumers"], info["state"]["consumer_count"]) == (own or -1, limit)
