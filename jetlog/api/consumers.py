@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jetlog.api import models as M
@@ -101,6 +102,25 @@ def consumer_info(c: Consumer) -> MC.ConsumerInfo:
     )
 
 
+class ConsumerConfigsView(Mapping[str, Any]):
+    """A stream's consumers as name -> config, read through (no copy: a create must not cost
+    time in the number of consumers the stream already has)."""
+
+    __slots__ = ("_consumers",)
+
+    def __init__(self, consumers: Mapping[str, Any]) -> None:
+        self._consumers = consumers
+
+    def __getitem__(self, name: str) -> Any:
+        return self._consumers[name].config
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._consumers)
+
+    def __len__(self) -> int:
+        return len(self._consumers)
+
+
 class ConsumerApi:
     """Handlers for ``$JS.API.CONSUMER.*``."""
 
@@ -175,11 +195,11 @@ class ConsumerApi:
         cls = MC.ConsumerCreateResponse
         leaf = self.node.leaf
 
-        def lookup(stream: str) -> tuple[Any, dict[str, Any]] | None:
+        def lookup(stream: str) -> tuple[Any, Mapping[str, Any]] | None:
             s = self.node.streams.get(stream) if self.node.streams else None
             if s is None or s.consumers is None:
                 return None
-            return s.config, {n: c.config for n, c in s.consumers.consumers.items()}
+            return s.config, ConsumerConfigsView(s.consumers.consumers)
 
         try:
             plan = prepare_consumer_create(

@@ -282,7 +282,6 @@ def plan_consumer_create(
         return ConsumerCreatePlan(target.stream, cname, bool(cfg.durable_name), cfg, req.action, old)
     if req.action == "update":
         raise E.CONSUMER_DOES_NOT_EXIST()
-    limitable = sum(1 for c in consumers.values() if not c.direct and not c.sourcing)
     maxc = stream_config.max_consumers
     if maxc <= 0:
         # nats-server 2.15 substitutes its default for an unset (or -1) stream limit.
@@ -290,8 +289,11 @@ def plan_consumer_create(
     acc = limits.account_max_consumers
     if maxc <= 0 or 0 < acc < maxc:
         maxc = acc
-    if maxc > 0 and limitable >= maxc:
-        raise E.MAXIMUM_CONSUMERS_LIMIT()
+    # Counting the limited consumers walks them all: only needed near the limit.
+    if maxc > 0 and len(consumers) >= maxc:
+        limitable = sum(1 for c in consumers.values() if not c.direct and not c.sourcing)
+        if limitable >= maxc:
+            raise E.MAXIMUM_CONSUMERS_LIMIT()
     if wq:
         check_workqueue(cfg, cname, consumers)
     if cfg.durable_name:

@@ -247,6 +247,7 @@ class Consumer(ConsumerDelivery):
         if not w.seen_interest:
             w.timers.append(loop.call_later(YOUNG_REQUEST / 1e9, self._recheck_interest, w))
         self.waiting.add(w)
+        self.host.wants_commits(self)
         if w.no_wait and not w.expires and not self._rdq and not self.num_pending():
             # nats-server: nothing left to deliver or redeliver answers at once, even while
             # max_ack_pending holds the consumer (a request that could get something waits).

@@ -69,7 +69,7 @@ class ConsumerDelivery:
         self._pause_timer: asyncio.TimerHandle | None = None
         self._last_activity = time.time_ns()
         self._last_push_send = 0
-        self.active = False  # push: the deliver subject has interest
+        self._active = False  # push: the deliver subject has interest
         # Flow control (push): bytes sent since the last FC request, window, outstanding FC.
         self._fc_window = FC_WINDOW_START
         self._fc_sent = 0
@@ -87,6 +87,17 @@ class ConsumerDelivery:
             """Schedule a delivery pass (``Consumer.kick``)."""
 
     # ---- identity / helpers ----------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Push: the deliver subject has interest."""
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        if value and not self._active:
+            self.host.wants_commits(self)
+        self._active = value
 
     @property
     def stream(self) -> Any:

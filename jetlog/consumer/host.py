@@ -85,6 +85,11 @@ class ConsumerHost(Protocol):
         """Apply a validated update (persisted first)."""
         ...
 
+    def wants_commits(self, c: Any) -> None:
+        """``c`` has gained somewhere to deliver (a pull request, push interest): kick it when
+        new messages commit."""
+        ...
+
     def pull_request(self, c: Any, reply: str, body: bytes, hdr: bytes) -> None:
         """Handle a pull request for ``c``."""
         ...

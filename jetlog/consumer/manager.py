@@ -53,6 +53,7 @@ class ConsumerSet:
         self.parse_pull = parse_pull
         self.consumers: dict[str, Consumer] = {}
         self._prefixes: dict[str, bytes] = {}
+        self._demand: dict[Consumer, None] = {}  # consumers to kick on commit (see on_commit)
         self._replies: list[str] = []
         self._reply_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -226,13 +227,24 @@ class ConsumerSet:
                 return
         c.add_request(w)
 
+    def wants_commits(self, c: Consumer) -> None:
+        """``c`` gained demand (a pull request, push interest): see :meth:`on_commit`."""
+        self._demand[c] = None
+
     def on_commit(self, committed: int) -> None:
-        """New messages are durable: wake consumers that have somewhere to deliver."""
-        for c in self.consumers.values():
-            if c.p.push:
-                if c.active:
-                    c.kick()
-            elif c.waiting:
+        """New messages are durable: wake consumers that have somewhere to deliver.
+
+        Only consumers that gained demand since they were last seen without it are looked at
+        (``_demand``, pruned here): with 10,000 idle consumers on a stream a commit used to
+        cost 10,000 checks. Every way a consumer gains demand calls :meth:`wants_commits`
+        (``Consumer.add_request``, the ``active`` setter)."""
+        demand = self._demand
+        if not demand:
+            return
+        for c in list(demand):
+            if c.closed or not (c.active if c.p.push else c.waiting):
+                del demand[c]
+            else:
                 c.kick()
 
     def on_interest(self, event: str, subject: str) -> None:
