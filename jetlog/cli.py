@@ -396,6 +396,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--failover-reps", type=int, default=10, help="kill -9 repetitions per target for --cluster"
     )
+    b.add_argument(
+        "--scale",
+        action="store_true",
+        help="many streams, many consumers and restart with a large store, jetlog vs nats-server -js",
+    )
+    b.add_argument("--streams", type=int, default=1000, help="--scale: streams, one consumer each")
+    b.add_argument("--consumers", type=int, default=10000, help="--scale: consumers on one stream")
+    b.add_argument(
+        "--restart-msgs",
+        type=int,
+        default=10_000_000,
+        help="--scale: messages stored before the restart is timed (0: skip the restart)",
+    )
+    b.add_argument("--restart-streams", type=int, default=100, help="--scale: streams they are spread over")
     b.add_argument("--log-level", choices=LOG_LEVELS, help="log level on stderr (default warning)")
     b.set_defaults(fn=cmd_bench)
     f = sub.add_parser("fuzz", help="hostile JetStream API requests, compared with nats-server -js")

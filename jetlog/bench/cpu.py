@@ -33,16 +33,19 @@ def _own_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def tree_seconds(pids: Iterable[int]) -> float:
-    """CPU seconds used so far by ``pids`` and every live descendant."""
-    seen: set[int] = set()
+def descendants(pids: Iterable[int]) -> list[int]:
+    """``pids`` and every live descendant of theirs."""
+    seen: dict[int, None] = {}
     todo = list(pids)
-    total = 0.0
     while todo:
         p = todo.pop()
         if p in seen:
             continue
-        seen.add(p)
-        total += _own_seconds(p)
+        seen[p] = None
         todo += _children(p)
-    return total
+    return list(seen)
+
+
+def tree_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds used so far by ``pids`` and every live descendant."""
+    return sum(_own_seconds(p) for p in descendants(pids))

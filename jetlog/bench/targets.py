@@ -77,7 +77,8 @@ class Env:
 
         return tree_seconds(self.pids())
 
-    async def stop(self) -> None:
+    async def stop(self, keep: bool = False) -> None:
+        """Stop every process; remove the data directories unless ``keep``."""
         if isinstance(self.extra, LocalCluster):
             await self.extra.stop()
         elif isinstance(self.extra, list):
@@ -94,7 +95,7 @@ class Env:
         for t in self._drain:
             t.cancel()
         await self.srv.stop()
-        if self.tmp:
+        if self.tmp and not keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -124,9 +125,10 @@ async def r3_ready(url: str, timeout: float) -> None:
         await nc.close()
 
 
-async def start(kind: str) -> Env:
-    """Start a fresh target of the given kind (fresh data directories)."""
-    tmp = tempfile.mkdtemp(prefix=f"jetlog-bench-{kind}-")
+async def start(kind: str, tmp: str | None = None) -> Env:
+    """Start a target of the given kind: on fresh data directories, or on those under ``tmp``
+    (left by ``Env.stop(keep=True)``; single-node kinds)."""
+    tmp = tmp or tempfile.mkdtemp(prefix=f"jetlog-bench-{kind}-")
     if kind == "jetlog-r3":
         srv = NatsServer(leafnode=True)
         await srv.start()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, islice
 
 from jetlog.log.index import Block, Index
-from jetlog.log.store import CommitListener, StoredMsg, StoreState, SubjectState
+from jetlog.log.store import CommitListener, StoredHeaders, StoredMsg, StoreState, SubjectState
 
 log = logging.getLogger("jetlog.log")
 
@@ -206,6 +206,11 @@ class IndexedStore:
         read = self._bulk_reader()
         for blk, i in self._ix.iter_live_entries(start, last):
             yield read(blk, i)
+
+    def iter_headers(self, start: int, last: int) -> Iterator[StoredHeaders]:
+        for m in self.iter_range(start, last):
+            if m.hdr:
+                yield m.seq, m.ts, m.hdr
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:
         ix = self._ix

@@ -34,7 +34,7 @@ import os
 import shutil
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,11 +50,11 @@ from jetlog.log.epochs import EpochCache
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
 from jetlog.log.pipeline import Flusher
-from jetlog.log.rawread import bulk_reader
+from jetlog.log.rawread import bulk_reader, stored_headers
 from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
 from jetlog.log.replica import cap_raw, check_max_batch, merge_op
 from jetlog.log.segment import COMPRESSED, OsIO, Segment, SegmentIO, read_record
-from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredMsg
+from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredHeaders, StoredMsg
 from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
 from jetlog.wire import records as rc
 
@@ -484,6 +484,20 @@ class FileStore(IndexedStore):
 
     def _bulk_reader(self) -> Callable[[Block, int], StoredMsg]:
         return bulk_reader(self)
+
+    def iter_headers(self, start: int, last: int) -> Iterator[StoredHeaders]:
+        # Committed records come from stored runs, one pread per few MiB and no per-record
+        # decoding of records without headers; the uncommitted tail takes the generic path.
+        hi = min(last, self._committed)
+        while start <= hi:
+            big = yield from stored_headers(self, start, hi)
+            if big > hi:
+                break
+            m = self.load(big)  # one record larger than a scan read
+            if m is not None and m.hdr:
+                yield m.seq, m.ts, m.hdr
+            start = big + 1
+        yield from super().iter_headers(max(start, hi + 1), last)
 
     def _open_fd(self, seg: Segment) -> int:
         fd = seg.fd = self._io.open(seg.path, os.O_RDONLY)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from operator import add, ne
+from collections.abc import Callable, Generator, Iterable
+from operator import add, ne, or_
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from crc32c import crc32c
@@ -91,22 +91,17 @@ def _one_run(pos: list[int], parts: list[bytes]) -> list[rf.Run]:
     return [rf.Run(len(pos), array("I", pos).tobytes(), 0, b"".join(parts))]
 
 
-def _contiguous_end(blk: Block, k: int, j: int) -> int:
-    """First index after ``k`` (at most ``j``) whose record does not directly follow the one
-    before it in the file, or that lives in a compressed batch."""
+def _run_stops(blk: Block, i: int, j: int) -> bytes:
+    """For the live entries ``i..j-1`` of a block: byte ``t - i`` is 1 where a run of stored
+    bytes must end after entry ``t`` (the next entry does not directly follow it in the file,
+    or either of the two lives in a compressed batch). Computed once per live range, in C:
+    searching it again from every run start made long ranges of small batches quadratic."""
+    if j - i < 2:
+        return b""
     pos, aux = blk.pos, blk.aux
-    if j - k == 1:
-        return j
-    # Common case first, in C: the whole run is back to back.
-    if max(aux[k:j]) < COMPRESSED and pos[j - 1] + aux[j - 1] - pos[k] == sum(aux[k:j]):
-        return j
-    flags = bytes(map(ne, map(add, pos[k : j - 1], aux[k : j - 1]), pos[k + 1 : j]))
-    brk = flags.find(1)
-    end = j if brk < 0 else k + 1 + brk
-    for t in range(k + 1, end):  # a compressed record's aux breaks the sum, never the chain
-        if aux[t] & COMPRESSED:
-            return t
-    return end
+    gap = map(ne, map(add, pos[i : j - 1], aux[i : j - 1]), pos[i + 1 : j])
+    comp = bytes(map(COMPRESSED.__le__, aux[i:j]))
+    return bytes(map(or_, gap, map(or_, comp[:-1], comp[1:])))
 
 
 def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int) -> RawRead:
@@ -118,6 +113,7 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
     count = 0
     next_seq = start
     for blk, i, j in store._ix.iter_live_runs(start, last):
+        stops: bytes | None = None
         k = i
         while k < j:
             seq = blk.seqs[k]
@@ -135,7 +131,10 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
                 next_seq = seq + 1
                 k += 1
                 continue
-            e = min(_contiguous_end(blk, k, j), k + (limit - count))
+            if stops is None:
+                stops = _run_stops(blk, i, j)
+            f = stops.find(1, k - i)
+            e = min(j if f < 0 else i + f + 1, k + (limit - count))
             base = blk.pos[k]
             cut = _fit(blk, k, e, budget - used - rf.RUN_OVERHEAD)
             if cut == k:
@@ -201,6 +200,40 @@ def _pread(store: RawReadHost, blk: Block, pos: int, length: int) -> bytes:
     if len(data) != length:
         raise StorageError(f"short read of {seg.path} at {pos}: {len(data)} of {length} bytes")
     return data
+
+
+HEADER_SCAN_BUDGET = 4 << 20
+"""Bytes per read while scanning stored records for header blocks."""
+
+
+def stored_headers(store: RawReadHost, start: int, last: int) -> Generator[tuple[int, int, bytes], None, int]:
+    """``(seq, ts, header block)`` of the committed live records ``start <= seq <= last`` that
+    have a header block. Returns the first sequence not covered: ``last + 1``, or a record too
+    large for one scan read (the caller reads that one on its own). Records without headers
+    cost one fixed-size unpack each; a record with headers is CRC-checked before its headers
+    are used (a damaged one raises, as a read of it would)."""
+    unpack = rc.REC.unpack_from
+    rec_size, rf_ttl = rc.REC_SIZE, rc.RF_TTL
+    nxt = start
+    while nxt <= last:
+        rr = read_runs(store, nxt, last + 1, HEADER_SCAN_BUDGET, 1 << 20)
+        if rr.too_big:
+            return rr.too_big
+        for run in rr.runs:
+            data, base = memoryview(run.data), run.pos_base
+            positions = array("I")
+            positions.frombytes(run.pos)
+            for p in positions:
+                off = p - base
+                crc, seq, ts, slen, flags, _rsv, hlen, dlen = unpack(data, off)
+                if not hlen:
+                    continue
+                h = off + rec_size + (8 if flags & rf_ttl else 0) + slen
+                if crc32c(data[off + 4 : h + hlen + dlen]) != crc:
+                    raise StorageError(f"record {seq}: crc mismatch while scanning headers")
+                yield seq, ts, bytes(data[h : h + hlen])
+        nxt = rr.next_seq  # read_runs always moves past what it returned (last + 1 at the end)
+    return nxt
 
 
 def bulk_reader(store: RawReadHost) -> Callable[[Block, int], StoredMsg]:

@@ -102,6 +102,10 @@ CommitListener = Callable[[int], None]
 """Called on the loop after each group commit with the new ``committed_seq``."""
 
 
+StoredHeaders = tuple[int, int, bytes]
+"""``(seq, ts, header block)`` of one stored message (``MsgStore.iter_headers``)."""
+
+
 class MsgStore(Protocol):
     """The operations the stream layer uses. Implemented by ``FileStore`` and ``MemStore``."""
 
@@ -192,6 +196,12 @@ class MsgStore(Protocol):
     def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
         """Live messages with ``start <= seq <= last`` in order (bulk reads). The store must not
         be mutated while the iterator is in use."""
+        ...
+
+    def iter_headers(self, start: int, last: int) -> Iterator[StoredHeaders]:
+        """``(seq, ts, header block)`` of the live messages with ``start <= seq <= last`` that
+        have a header block, in order (rebuilding the duplicate window reads only these). The
+        store must not be mutated while the iterator is in use."""
         ...
 
     def load_last(self, subject: str | None = None, max_seq: int = 0) -> StoredMsg | None:

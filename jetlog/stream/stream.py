@@ -213,15 +213,11 @@ class Stream(StreamLimits):
             # Rebuild the duplicate window from the messages stored within it (nats-server
             # does the same on recovery), plus the id of the very last message for
             # Nats-Expected-Last-Msg-Id.
-            seq = self.store.seq_for_time(now - window)
-            while True:
-                m = self.store.load_next(seq)
-                if m is None:
-                    break
-                mid = H.get(m.hdr, H.MSG_ID)
+            # Only messages with headers can carry an id: the store scans for those.
+            for seq, ts, hdr in self.store.iter_headers(self.store.seq_for_time(now - window), st.last_seq):
+                mid = H.get(hdr, H.MSG_ID)
                 if mid:
-                    self.dedup.add(mid, m.seq, m.ts)
-                seq = m.seq + 1
+                    self.dedup.add(mid, seq, ts)
         last = self.store.load(st.last_seq) if st.last_seq else None
         if last is not None:
             self.last_msg_id = H.get(last.hdr, H.MSG_ID) or ""

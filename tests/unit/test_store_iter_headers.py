@@ -1,0 +1,91 @@
+"""``iter_headers`` (what rebuilds the duplicate window after a restart) returns exactly the
+messages with a header block that per-message ``load`` returns, for the file store (plain and
+compressed; committed and not; after deletes, purges and reopen; records larger than one scan
+read) and the memory store; a damaged record with headers raises."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from jetlog.errors import StorageError
+from jetlog.log import rawread
+from jetlog.log.filestore import FileStore
+from jetlog.log.memstore import MemStore
+from tests.unit.test_store_iter_range import _fill
+
+
+def _expected(store, start: int, last: int):  # type: ignore[no-untyped-def]
+    msgs = [m for s in range(max(start, 1), last + 1) if (m := store.load(s)) is not None]
+    return [(m.seq, m.ts, m.hdr) for m in msgs if m.hdr]
+
+
+async def _check(store, rnd: random.Random) -> None:  # type: ignore[no-untyped-def]
+    top = store.last_seq + 3
+    for _ in range(30):
+        a = rnd.randint(1, top)
+        b = rnd.randint(a - 2, top)
+        assert list(store.iter_headers(a, b)) == _expected(store, a, b)
+    everything = list(store.iter_headers(1, top))
+    assert everything == _expected(store, 1, top)
+    assert everything  # the fill puts headers on every third message
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_file_store_iter_headers_matches_load(tmp_path, monkeypatch, compression: bool) -> None:  # type: ignore[no-untyped-def]
+    # A scan read of 1,000 bytes: many reads per segment, and the 2,000-byte records below
+    # are each too large for one (read on their own).
+    monkeypatch.setattr(rawread, "HEADER_SCAN_BUDGET", 1000)
+    rnd = random.Random(11)
+    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        _fill(st, rnd, 400)
+        for i in range(4):
+            st.append("big", b"NATS/1.0\r\nNats-Msg-Id: big-%d\r\n\r\n" % i, os.urandom(2000), 5_000 + i)
+        await _check(st, rnd)  # partly uncommitted: the open batch is read from memory
+        await st.flush()
+        await _check(st, rnd)
+        for s in rnd.sample(range(1, 401), 60):
+            st.remove(s)
+        st.purge(seq=30)
+        _fill(st, rnd, 40)
+        await st.flush()
+        await _check(st, rnd)
+    finally:
+        await st.close()
+    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        await _check(st, rnd)  # after recovery, with cold caches
+    finally:
+        await st.close()
+
+
+async def test_file_store_iter_headers_detects_a_damaged_header(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    st = await FileStore.open(str(tmp_path))
+    for i in range(20):
+        st.append("x", b"NATS/1.0\r\nNats-Msg-Id: id-%02d\r\n\r\n" % i, b"payload", 1_000 + i)
+    await st.flush()
+    await st.close()
+    seg = sorted(f for f in os.listdir(tmp_path) if f.endswith(".log"))[0]
+    path = os.path.join(tmp_path, seg)
+    with open(path, "r+b") as f:
+        data = f.read()
+        f.seek(data.index(b"id-13"))
+        f.write(b"ID-13")
+    st = await FileStore.open(str(tmp_path), verify=False)
+    try:
+        with pytest.raises(StorageError):
+            list(st.iter_headers(1, 20))
+    finally:
+        await st.close()
+
+
+async def test_memory_store_iter_headers_matches_load() -> None:
+    rnd = random.Random(5)
+    st = await MemStore.open()
+    _fill(st, rnd, 300)
+    for s in rnd.sample(range(1, 301), 40):
+        st.remove(s)
+    await _check(st, rnd)
