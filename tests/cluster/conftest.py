@@ -16,6 +16,22 @@ from jetlog.devcluster import LocalCluster
 from jetlog.embedded import NatsServer
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    # Keep each phase's report on the item so fixtures can tell a failed test at teardown.
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
+
+
+def _print_logs_if_failed(request: pytest.FixtureRequest, clusters: list[LocalCluster]) -> None:
+    """A failed cluster test prints every node's last log lines (shown with the failure)."""
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for c in clusters:
+            print(f"--- node logs ({c.root}) ---\n{c.log_tail(60)}")
+
+
 @pytest.fixture
 async def upstream() -> AsyncIterator[NatsServer]:
     async with NatsServer(leafnode=True) as srv:
@@ -23,7 +39,9 @@ async def upstream() -> AsyncIterator[NatsServer]:
 
 
 @pytest.fixture
-async def make_cluster(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[LocalCluster]]]:
+async def make_cluster(
+    tmp_path: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[Callable[..., Awaitable[LocalCluster]]]:
     """``await make_cluster(nats_url=..., leaf_url=..., **kw)``: a started 3-node cluster that
     is stopped at teardown whatever the test did (no process outlives its test)."""
     made: list[LocalCluster] = []
@@ -37,12 +55,15 @@ async def make_cluster(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[L
     try:
         yield make
     finally:
+        _print_logs_if_failed(request, made)
         for c in made:
             await c.stop()
 
 
 @pytest.fixture
-async def cluster(upstream: NatsServer, tmp_path: Any) -> AsyncIterator[LocalCluster]:
+async def cluster(
+    upstream: NatsServer, tmp_path: Any, request: pytest.FixtureRequest
+) -> AsyncIterator[LocalCluster]:
     c = LocalCluster(
         str(tmp_path / "cluster"), 3, nats_url=upstream.url, leaf_url=upstream.leaf_url, log_level="info"
     )
@@ -50,6 +71,7 @@ async def cluster(upstream: NatsServer, tmp_path: Any) -> AsyncIterator[LocalClu
         await c.start(timeout=90)
         yield c
     finally:
+        _print_logs_if_failed(request, [c])
         await c.stop()
 
 
