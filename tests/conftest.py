@@ -14,6 +14,30 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     find_nats_server()
 
 
+_LAST_POOL_USER = pytest.StashKey[bool]()
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    # The tests on the shared 3-node clusters (tests/support/clusters.py) run first, together,
+    # so the clusters can be stopped right after the last of them (see pytest_runtest_teardown).
+    uses = [i for i in items if "cluster_pool" in getattr(i, "fixturenames", ())]
+    if uses:
+        items[:] = uses + [i for i in items if "cluster_pool" not in getattr(i, "fixturenames", ())]
+        uses[-1].stash[_LAST_POOL_USER] = True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    result = yield
+    if item.stash.get(_LAST_POOL_USER, False):
+        from tests.support.clusters import SHARED
+
+        SHARED.close()
+    return result
+
+
 @pytest.fixture
 async def nats_server() -> AsyncIterator[NatsServer]:
     """An upstream nats-server with JetStream OFF and a leafnode listener (what jetlog sits beside)."""

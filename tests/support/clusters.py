@@ -110,13 +110,18 @@ class ClusterPool:
         self._clusters.clear()
 
 
+SHARED = ClusterPool()
+"""The session's pool. ``tests/conftest.py`` runs every test that uses it first and closes it
+after the last of them, so its six idle nodes do not load the machine for the rest of the
+session (the cluster fault tests are timing-sensitive on two cores)."""
+
+
 @pytest.fixture(scope="session")
 def cluster_pool() -> Iterator[ClusterPool]:
-    pool = ClusterPool()
     try:
-        yield pool
+        yield SHARED
     finally:
-        pool.close()
+        SHARED.close()
 
 
 async def reset_account(url: str) -> None:
