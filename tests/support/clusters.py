@@ -49,11 +49,6 @@ class BackgroundCluster:
         assert self.cluster is not None
         self._run(self.cluster.kill(name), 30)
 
-    def start_node(self, name: str) -> None:
-        """Start one node again and wait until it serves."""
-        assert self.cluster is not None
-        self._run(self.cluster.start_node(name), 90)
-
     async def _start(self) -> None:
         self.srv = NatsServer(leafnode=True)
         await self.srv.start()
