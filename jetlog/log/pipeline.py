@@ -36,6 +36,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
@@ -63,6 +64,13 @@ if TYPE_CHECKING:
     from jetlog.log.store import Pos
 
 log = logging.getLogger("jetlog.log.pipeline")
+
+INLINE_SYNC_MAX_RECORDS = 4
+INLINE_SYNC_MAX_BYTES = 64 * 1024
+"""A job of at most ``INLINE_SYNC_MAX_RECORDS`` records and this many bytes may be synced on the
+loop (``Syncer.try_inline_fdatasync``) when it is the only one in flight: a synchronous
+publisher is waiting for it and nothing else is, and it skips the helper's round trip. Larger
+jobs mean load: their syncs stay in the helper, overlapped with the next job (pipelining)."""
 
 MAX_INFLIGHT = 2
 """Jobs written but not yet committed, at most (1: each job's sync completes before the next
@@ -132,6 +140,9 @@ class Flusher:
         self.dead = False  # failed or stopped: nothing is committed any more
         self.unsynced = False  # interval mode: written since the last sync
         self.last_sync = time.monotonic_ns()
+        # The real Syncer can sync a lone small job on the loop (test services that gate or
+        # fail syncs have no such method and always take the asynchronous path).
+        self._inline: Callable[[int], bool] | None = getattr(store._ss.service, "try_inline_fdatasync", None)
         self._wake = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"jetlog-flush:{store.path}")
 
@@ -253,6 +264,18 @@ class Flusher:
         self.wsize = res.sizes[-1][1]
         if job.sync:
             # Requested only now that the whole job is written: the sync covers all of it.
+            inline = self._inline
+            if (
+                inline is not None
+                and len(self.flights) == 1
+                and len(fl.recs) <= INLINE_SYNC_MAX_RECORDS
+                and self.wsize - job.size <= INLINE_SYNC_MAX_BYTES
+                and inline(job.handle)  # raises OSError like a failed sync: the store fails
+            ):
+                fut = fl.fut = asyncio.get_running_loop().create_future()
+                fut.set_result(None)
+                self._synced(fut)  # durable now: commit without a loop round
+                return
             fut = fl.fut = start_sync(st._ss.service, job.handle)
             fut.add_done_callback(self._synced)
         elif len(self.flights) == 1:

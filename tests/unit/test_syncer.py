@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import jetlog.log.pipeline as pipeline_mod
 import jetlog.log.syncer as syncer_mod
 from jetlog.log import FileStore
 from jetlog.log.syncer import Syncer, acquire_syncer
@@ -239,10 +240,14 @@ async def test_fd_number_reuse_cannot_redirect_a_sync(tmp_path: Path) -> None:
 # ---- with stores ---------------------------------------------------------------------------
 
 
-async def test_helper_killed_mid_stream_store_keeps_committing(tmp_path: Path) -> None:
+async def test_helper_killed_mid_stream_store_keeps_committing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGSTOP the helper: nothing is acknowledged while it cannot answer. SIGKILL it: the
     store neither fails nor acknowledges early; the unanswered syncs are re-issued to a new
     helper and commits resume. Repeated a few times while appends (and segment rolls) run."""
+    # Every commit through the helper: a lone small job may otherwise be synced on the loop.
+    monkeypatch.setattr(pipeline_mod, "INLINE_SYNC_MAX_BYTES", 0)
     store = await FileStore.open(str(tmp_path / "s"), segment_bytes=8192, auto_compact=False)
     s = store.syncer
     assert isinstance(s, Syncer)
@@ -412,3 +417,81 @@ async def test_no_processes_threads_or_fds_leak(tmp_path: Path) -> None:
     assert _children() == kids0
     assert _open_fds() == fds0
     await _until(lambda: not ours(), 5)
+
+
+# ---- syncs on the loop (Syncer.try_inline_fdatasync) ----------------------------------------
+
+
+async def _commit_one(store: FileStore, size: int) -> None:
+    before = store.committed_seq
+    store.append("k", b"", b"x" * size, time.time_ns())
+    await store.flush()
+    assert store.committed_seq == before + 1
+
+
+async def test_lone_small_commit_is_synced_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(syncer_mod, "INLINE_SLOW", 10.0)  # no spike on a loaded machine turns it off
+    store = await FileStore.open(str(tmp_path / "s"))
+    s = store.syncer
+    assert isinstance(s, Syncer)
+    try:
+        await _running(s)
+        syncs = s.stats["syncs"]
+        for _ in range(5):
+            await _commit_one(store, 100)
+        assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 5
+        # A job larger than INLINE_SYNC_MAX_BYTES goes to the helper.
+        await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
+        assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 6
+        # So does a job of more records than INLINE_SYNC_MAX_RECORDS (load, not one publisher).
+        for _ in range(pipeline_mod.INLINE_SYNC_MAX_RECORDS + 1):
+            store.append("k", b"", b"x", time.time_ns())
+        await store.flush()
+        assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 7
+    finally:
+        await store.close()
+
+
+async def test_a_slow_inline_sync_sends_later_ones_to_the_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(syncer_mod, "INLINE_SLOW", 0.0)  # every inline sync counts as slow
+    store = await FileStore.open(str(tmp_path / "s"))
+    s = store.syncer
+    assert isinstance(s, Syncer)
+    try:
+        await _running(s)
+        for _ in range(4):
+            await _commit_one(store, 100)
+        assert s.stats["inline"] == 1  # the first; the helper for INLINE_BACKOFF after it
+        assert s._inline_backoff == 2 * syncer_mod.INLINE_BACKOFF  # and longer after the next
+        monkeypatch.setattr(s, "_inline_off_until", 0.0)  # the backoff is over
+        await _commit_one(store, 100)
+        assert s.stats["inline"] == 2 and s._inline_backoff == 4 * syncer_mod.INLINE_BACKOFF
+    finally:
+        await store.close()
+
+
+async def test_a_failed_inline_sync_fails_the_store_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await FileStore.open(str(tmp_path / "s"))
+    s = store.syncer
+    assert isinstance(s, Syncer)
+    try:
+        await _running(s)
+        await _commit_one(store, 100)
+        committed = store.committed_seq
+
+        def eio(fd: int) -> None:
+            raise OSError(errno.EIO, "injected")
+
+        monkeypatch.setattr(os, "fdatasync", eio)  # this process only: the helper is untouched
+        store.append("k", b"", b"lost", time.time_ns())
+        await _until(lambda: store.failed is not None)
+        assert store.committed_seq == committed  # never acknowledged
+    finally:
+        monkeypatch.undo()
+        await store.close()
