@@ -280,7 +280,10 @@ class Syncer:
         their syncs in the helper) or an inline sync was slow within ``INLINE_BACKOFF``: a
         stalling disk then blocks the loop once, not at every commit. Raises ``OSError`` as a
         failed sync would (the store fails closed)."""
-        if self._state != _HELPER or self._pending or self._threaded:
+        helper = self._helper
+        if self._state != _HELPER or helper is None or not helper.hello or self._pending or self._threaded:
+            # Not before the helper said hello either: until then it may not yet ignore the
+            # Ctrl-C meant for the node (the first commits going through it keep that so).
             return False
         t0 = time.monotonic()
         if t0 < self._inline_off_until:

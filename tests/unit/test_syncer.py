@@ -422,6 +422,11 @@ async def test_no_processes_threads_or_fds_leak(tmp_path: Path) -> None:
 # ---- syncs on the loop (Syncer.try_inline_fdatasync) ----------------------------------------
 
 
+async def _greeted(s: Syncer) -> None:
+    """Until the helper said hello (inline syncs wait for that, see try_inline_fdatasync)."""
+    await _until(lambda: s._helper is not None and s._helper.hello)
+
+
 async def _commit_one(store: FileStore, size: int) -> None:
     before = store.committed_seq
     store.append("k", b"", b"x" * size, time.time_ns())
@@ -437,7 +442,7 @@ async def test_lone_small_commit_is_synced_on_the_loop(
     s = store.syncer
     assert isinstance(s, Syncer)
     try:
-        await _running(s)
+        await _greeted(s)
         syncs = s.stats["syncs"]
         for _ in range(5):
             await _commit_one(store, 100)
@@ -462,7 +467,7 @@ async def test_a_slow_inline_sync_sends_later_ones_to_the_helper(
     s = store.syncer
     assert isinstance(s, Syncer)
     try:
-        await _running(s)
+        await _greeted(s)
         for _ in range(4):
             await _commit_one(store, 100)
         assert s.stats["inline"] == 1  # the first; the helper for INLINE_BACKOFF after it
@@ -481,7 +486,7 @@ async def test_a_failed_inline_sync_fails_the_store_closed(
     s = store.syncer
     assert isinstance(s, Syncer)
     try:
-        await _running(s)
+        await _greeted(s)
         await _commit_one(store, 100)
         committed = store.committed_seq
 
