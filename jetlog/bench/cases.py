@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import nats
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 
 @dataclass
@@ -162,6 +163,50 @@ async def direct_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool
     return await _random_gets(nc, js, name, quick, direct=True)
 
 
+async def _bucket(js: JetStreamContext, name: str) -> KeyValue:
+    from nats.js.api import KeyValueConfig
+
+    return await js.create_key_value(KeyValueConfig(bucket=name, history=1, replicas=REPLICAS))
+
+
+async def kv_put(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+    """Sequential KV put (one in flight, 100 keys in turn); rate and latency."""
+    kv = await _bucket(js, name)
+    try:
+        n = 300 if quick else 3000
+        for i in range(50):
+            await kv.put(f"k{i % 100}", b"v" * 128)
+        lat = []
+        w = Window()
+        for i in range(n):
+            a = time.perf_counter()
+            await kv.put(f"k{i % 100}", b"v" * 128)
+            lat.append((time.perf_counter() - a) * 1e6)
+        return w.result(n, _pct(lat, 0.5), _pct(lat, 0.99))
+    finally:
+        await js.delete_key_value(name)
+
+
+async def kv_get(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:
+    """KV get of a random key out of 1,000, one at a time; rate and latency."""
+    kv = await _bucket(js, name)
+    try:
+        keys = 1000
+        for i in range(keys):
+            await kv.put(f"k{i}", b"v" * 128)
+        rng = random.Random(3)
+        n = 300 if quick else 3000
+        lat = []
+        w = Window()
+        for _ in range(n):
+            a = time.perf_counter()
+            await kv.get(f"k{rng.randrange(keys)}")
+            lat.append((time.perf_counter() - a) * 1e6)
+        return w.result(n, _pct(lat, 0.5), _pct(lat, 0.99))
+    finally:
+        await js.delete_key_value(name)
+
+
 async def _consumer_fill(nc: nats.NATS, js: JetStreamContext, name: str, n: int) -> None:
     await _stream(js, name)
     ajs = nc.jetstream(publish_async_max_pending=512)
@@ -230,7 +275,7 @@ async def push_rate(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool)
 
 def all_cases() -> dict[str, Case]:
     """Every case by name, in report order."""
-    cases: dict[str, Case] = {"pub-sync 128B": pub_sync}
+    cases: dict[str, Case] = {"pub-sync 128B": pub_sync, "kv-put 128B": kv_put}
     for window in (256, 1024):
         for size, label in ((128, "128B"), (1024, "1KiB"), (16384, "16KiB")):
 
@@ -244,6 +289,7 @@ def all_cases() -> dict[str, Case]:
     cases["pub-fire 128B"] = pub_fire
     cases["msg-get"] = msg_get
     cases["direct-get"] = direct_get
+    cases["kv-get"] = kv_get
 
     def fetch_case(ack: str) -> Case:
         async def case(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool) -> Result:

@@ -18,7 +18,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable
-from operator import add, ne, or_
+from operator import add, ne, or_, sub
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from crc32c import crc32c
@@ -206,12 +206,47 @@ HEADER_SCAN_BUDGET = 4 << 20
 """Bytes per read while scanning stored records for header blocks."""
 
 
+def _may_have_headers(blk: Block, i: int, j: int) -> tuple[int, int] | None:
+    """First and last of the entries ``i..j-1`` that may carry a header block, from the index
+    alone (no read), or None.
+
+    An uncompressed entry's ``aux`` is its record length, ``REC_SIZE + (8 if TTL) + subject +
+    headers + data``, and its ``size`` nats-server's accounting, ``30 + subject + data + (4 +
+    headers if any)``. So ``size - aux`` is -2 (no headers), 2 (headers), -10 (TTL, no headers)
+    or -6 (TTL and headers): exact, whatever the lengths. A compressed entry's ``aux`` has the
+    high bit set, far below all four, so it counts as a candidate and is read."""
+    d = bytes(map(_NO_HEADERS, map(sub, blk.size[i:j], blk.aux[i:j])))
+    a = d.find(0)
+    if a < 0:
+        return None
+    return i + a, i + d.rfind(0)
+
+
+_NO_HEADERS = (30 - rc.REC_SIZE, 30 - rc.REC_SIZE - 8).__contains__
+
+
 def stored_headers(store: RawReadHost, start: int, last: int) -> Generator[tuple[int, int, bytes], None, int]:
     """``(seq, ts, header block)`` of the committed live records ``start <= seq <= last`` that
     have a header block. Returns the first sequence not covered: ``last + 1``, or a record too
-    large for one scan read (the caller reads that one on its own). Records without headers
-    cost one fixed-size unpack each; a record with headers is CRC-checked before its headers
-    are used (a damaged one raises, as a read of it would)."""
+    large for one scan read (the caller reads that one on its own). Stretches of the index
+    with no record that has headers are skipped without reading the file (a stream of plain
+    publishes costs no I/O); the others are read in runs, records without headers cost one
+    fixed-size unpack each, and a record with headers is CRC-checked before its headers are
+    used (a damaged one raises, as a read of it would)."""
+    last = min(last, store.committed_seq)
+    spans: list[tuple[int, int]] = []
+    for blk, i, j in store._ix.iter_live_runs(start, last):
+        span = _may_have_headers(blk, i, j)
+        if span is not None:
+            spans.append((blk.seqs[span[0]], blk.seqs[span[1]]))
+    for a, b in spans:
+        big = yield from _scan_headers(store, a, b)
+        if big <= b:
+            return big
+    return max(start, last + 1)
+
+
+def _scan_headers(store: RawReadHost, start: int, last: int) -> Generator[tuple[int, int, bytes], None, int]:
     unpack = rc.REC.unpack_from
     rec_size, rf_ttl = rc.REC_SIZE, rc.RF_TTL
     nxt = start

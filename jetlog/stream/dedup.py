@@ -9,23 +9,80 @@ enough (timestamps are non-decreasing per stream).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
+
+Scan = Callable[[int, int], Iterable[tuple[int, int, str]]]
+"""``scan(first, last)``: ``(seq, ts, msg_id)`` of the stored messages in that range that carry
+an id, in sequence order."""
+
+REBUILD_STEP = 4096
+"""Sequences read back per step of a background rebuild (a few ms on the event loop)."""
 
 
 class DedupWindow:
     """Message ids seen within a sliding time window."""
 
-    __slots__ = ("_ids", "_order", "window")
+    __slots__ = ("_ids", "_order", "_scan", "_next", "_last", "window")
 
     def __init__(self, window_ns: int) -> None:
         self.window = window_ns
         self._ids: dict[str, int] = {}
         self._order: deque[tuple[int, str, int]] = deque()
+        self._scan: Scan | None = None
+        self._next = 0
+        self._last = 0
 
     def __len__(self) -> int:
+        self._complete()
         return len(self._ids)
+
+    # ---- rebuild from the log -------------------------------------------------------------
+    # After a restart or a leadership change the window is read back from the stored messages
+    # (nats-server rebuilds it too, on first use). Reading 10M messages takes seconds, so it is
+    # not done before the stream serves: a background task reads it in steps, and the first
+    # lookup or insert before that is finished reads the rest at once. Every message appended
+    # meanwhile has a sequence above ``last``, and no id is inserted before the read is
+    # complete, so the deque stays in time order.
+
+    def begin_rebuild(self, first: int, last: int, scan: Scan) -> None:
+        """Forget every id and read back those stored at ``first..last`` before the next use."""
+        self.clear()
+        if self.window > 0 and 0 < first <= last:
+            self._scan, self._next, self._last = scan, first, last
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether part of the stored window is still to be read back."""
+        return self._scan is not None
+
+    def rebuild_step(self, max_seqs: int | None = None) -> bool:
+        """Read back up to ``max_seqs`` (default ``REBUILD_STEP``) more sequences; True once
+        nothing is left."""
+        scan = self._scan
+        if scan is None:
+            return True
+        if max_seqs is None:
+            max_seqs = REBUILD_STEP
+        upto = min(self._last, self._next + max_seqs - 1)
+        ids, order = self._ids, self._order
+        for seq, ts, mid in scan(self._next, upto):
+            ids[mid] = seq
+            order.append((ts, mid, seq))
+        self._next = upto + 1
+        if self._next > self._last:
+            self._scan = None
+            return True
+        return False
+
+    def _complete(self) -> None:
+        if self._scan is not None:
+            self.rebuild_step(self._last - self._next + 1)
+
+    # ---- use --------------------------------------------------------------------------------
 
     def seq_of(self, msg_id: str, now: int) -> int:
         """Sequence stored under ``msg_id`` if it is still inside the window, else 0."""
+        self._complete()
         if not self._ids:
             return 0
         self.expire(now)
@@ -35,6 +92,7 @@ class DedupWindow:
         """Remember ``msg_id`` as stored at ``seq`` at time ``ts``."""
         if self.window <= 0:
             return
+        self._complete()
         self._ids[msg_id] = seq
         self._order.append((ts, msg_id, seq))
 
@@ -56,6 +114,7 @@ class DedupWindow:
             self.clear()
 
     def clear(self) -> None:
-        """Forget every id."""
+        """Forget every id (and any read-back still to do)."""
+        self._scan = None
         self._ids.clear()
         self._order.clear()

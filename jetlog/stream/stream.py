@@ -19,7 +19,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jetlog.api.models import encode_puback, encode_puback_error
@@ -136,6 +136,7 @@ class Stream(StreamLimits):
         self._ttl_heap: list[tuple[int, int]] = []
         self._expiry_wake = asyncio.Event()
         self._expiry_task: asyncio.Task[None] | None = None
+        self._dedup_task: asyncio.Task[None] | None = None
         self._expiry_idle = False
         self._last_ts = 0
         self.role = STANDALONE
@@ -178,6 +179,7 @@ class Stream(StreamLimits):
         the state only a writer keeps (duplicate window, last msg id, TTL timers) from the
         log, and start expiry."""
         await self._stop_expiry()
+        await self._stop_dedup_warmup()
         begin = getattr(self.store, "begin_epoch", None)
         if begin is not None:
             await begin(epoch)
@@ -199,6 +201,7 @@ class Stream(StreamLimits):
         if dropped:
             log.info("stream %s: no longer leader, %d unconfirmed acks dropped", self.name, dropped)
         await self._stop_expiry()
+        await self._stop_dedup_warmup()
         seal = getattr(self.store, "seal", None)
         if seal is not None:
             seal()  # the writer's open batch becomes a batch of the log (truncated if it diverged)
@@ -210,14 +213,12 @@ class Stream(StreamLimits):
         self.dedup = DedupWindow(self.config.duplicate_window or 0)
         window = self.policy.duplicate_window
         if window > 0 and st.messages:
-            # Rebuild the duplicate window from the messages stored within it (nats-server
-            # does the same on recovery), plus the id of the very last message for
-            # Nats-Expected-Last-Msg-Id.
-            # Only messages with headers can carry an id: the store scans for those.
-            for seq, ts, hdr in self.store.iter_headers(self.store.seq_for_time(now - window), st.last_seq):
-                mid = H.get(hdr, H.MSG_ID)
-                if mid:
-                    self.dedup.add(mid, seq, ts)
+            # The duplicate window is read back from the messages stored within it (as
+            # nats-server does), in the background: see DedupWindow.begin_rebuild.
+            self.dedup.begin_rebuild(self.store.seq_for_time(now - window), st.last_seq, self._stored_ids)
+            if self.dedup.rebuilding:
+                self._dedup_task = asyncio.create_task(self._dedup_warmup(), name=f"dedup:{self.name}")
+                self._dedup_task.add_done_callback(_log_task_failure)
         last = self.store.load(st.last_seq) if st.last_seq else None
         if last is not None:
             self.last_msg_id = H.get(last.hdr, H.MSG_ID) or ""
@@ -225,12 +226,34 @@ class Stream(StreamLimits):
         for seq, expires in self.store.ttl_entries():
             heapq.heappush(self._ttl_heap, (expires, seq))
 
+    def _stored_ids(self, first: int, last: int) -> Iterator[tuple[int, int, str]]:
+        # Only messages with headers can carry an id: the store scans for those.
+        for seq, ts, hdr in self.store.iter_headers(first, last):
+            mid = H.get(hdr, H.MSG_ID)
+            if mid:
+                yield seq, ts, mid
+
+    async def _dedup_warmup(self) -> None:
+        """Read the duplicate window back a step at a time, yielding to the loop between steps
+        (a publish with an id before the end reads the rest at once)."""
+        dedup = self.dedup
+        while dedup is self.dedup and not dedup.rebuild_step():
+            await asyncio.sleep(0)
+
+    async def _stop_dedup_warmup(self) -> None:
+        task, self._dedup_task = self._dedup_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def close(self) -> None:
         """Stop background work, flush and close the store."""
         if self.closed:
             return
         self.closed = True
         await self._stop_expiry()
+        await self._stop_dedup_warmup()
         if self.consumers is not None:
             await self.consumers.close()
         await self.store.close()

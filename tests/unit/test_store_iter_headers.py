@@ -89,3 +89,34 @@ async def test_memory_store_iter_headers_matches_load() -> None:
     for s in rnd.sample(range(1, 301), 40):
         st.remove(s)
     await _check(st, rnd)
+
+
+async def test_file_store_header_scan_skips_stretches_without_headers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The index tells which records have headers (size - aux, see rawread._may_have_headers):
+    # thousands of plain records are not read at all, only the stretch around the one record
+    # that has headers (plain, with TTL, with both).
+    st = await FileStore.open(str(tmp_path), segment_bytes=256 * 1024)
+    try:
+        for i in range(3000):
+            hdr = b"NATS/1.0\r\nNats-Msg-Id: m%d\r\n\r\n" % i if i == 2500 else b""
+            st.append("s.x", hdr, b"p" * 100, 1_000 + i, ttl=5 if i % 2 else 0)
+        await st.flush()
+    finally:
+        await st.close()
+    st = await FileStore.open(str(tmp_path), segment_bytes=256 * 1024)
+    read: list[int] = []
+    real = st._io.pread
+
+    def counting(fd: int, n: int, off: int) -> bytes:
+        read.append(n)
+        return real(fd, n, off)
+
+    st._io.pread = counting  # type: ignore[method-assign]
+    try:
+        assert list(st.iter_headers(1, 3000)) == [(2501, 3_500, b"NATS/1.0\r\nNats-Msg-Id: m2500\r\n\r\n")]
+        assert 0 < sum(read) < 1000, read
+        read.clear()
+        assert list(st.iter_headers(1, 2500)) == []
+        assert read == []
+    finally:
+        await st.close()
