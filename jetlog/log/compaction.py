@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import zstandard
+from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError
 from jetlog.log.positions import NULL_LAST
@@ -216,6 +217,7 @@ def rewrite_segment(
         data.last_ts,
         top_epoch,
         True,
+        content_crc=_crc_of(out),
     )
     fd = io.open(itmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
@@ -250,3 +252,11 @@ def delete_segments(io: SegmentIO, directory: str, bases: list[int]) -> None:
             except FileNotFoundError:
                 pass
     io.sync_dir(directory)
+
+
+def _crc_of(parts: list[bytes]) -> int:
+    """CRC32C of ``parts`` written back to back (the new segment's content)."""
+    crc = 0
+    for b in parts:
+        crc = crc32c(b, crc)
+    return crc

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from jetlog.errors import StorageError
 from jetlog.log.recovery import write_idx_file
-from jetlog.log.segment import encode_idx, seg_table
+from jetlog.log.segment import checked_content_crc, encode_idx, seg_table
 
 if TYPE_CHECKING:
     from jetlog.log.compaction import Rewritten
@@ -293,9 +293,11 @@ def idx_snapshot(store: MaintenanceHost, seg: Segment) -> Callable[[], bytes]:
     blast = array("Q", seg.blast)
     covered, last_seq, last_ts, epoch, base = seg.size, seg.last_seq, seg.last_ts, store.epoch, seg.base
     rewritten = seg.rewritten
+    io, path = store._io, seg.path
 
     def build() -> bytes:
         subjects = {s: names[s] for s in set(sid)}
+        crc = checked_content_crc(io, path, covered, batches, blast)
         return encode_idx(
             base,
             covered,
@@ -314,6 +316,7 @@ def idx_snapshot(store: MaintenanceHost, seg: Segment) -> Callable[[], bytes]:
             last_ts,
             epoch,
             rewritten,
+            content_crc=crc,
         )
 
     return build

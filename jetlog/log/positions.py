@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from itertools import chain, compress, islice
+from operator import sub
 
 from jetlog.log.store import Pos
 from jetlog.wire import records as rc
@@ -75,10 +77,16 @@ class PosTable:
         """The table of a segment from its index columns: every batch's offset and
         ``last_seq`` (``NULL_LAST`` for null batches) and the bytes they cover."""
         t = cls()
-        n = len(offsets)
-        for i in range(n):
-            last = lasts[i]
-            if last != NULL_LAST:
-                end = offsets[i + 1] if i + 1 < n else covered
-                t.add(offsets[i], end - offsets[i], last)
+        if not offsets:
+            return t
+        # All in C (recovery builds one table per segment): sizes from the next batch's offset
+        # (a null batch included), then the null batches dropped.
+        sizes = array("Q", map(sub, chain(islice(offsets, 1, None), (covered,)), offsets))
+        if NULL_LAST not in lasts:
+            t.off, t.size, t.last = array("Q", offsets), sizes, array("Q", lasts)
+            return t
+        keep = bytes(map(NULL_LAST.__ne__, lasts))
+        t.off = array("Q", compress(offsets, keep))
+        t.size = array("Q", compress(sizes, keep))
+        t.last = array("Q", compress(lasts, keep))
         return t

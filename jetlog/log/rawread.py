@@ -206,7 +206,7 @@ HEADER_SCAN_BUDGET = 4 << 20
 """Bytes per read while scanning stored records for header blocks."""
 
 
-def _may_have_headers(blk: Block, i: int, j: int) -> tuple[int, int] | None:
+def _may_have_headers(blk: Block, i: int, j: int, ttl_free: bool) -> tuple[int, int] | None:
     """First and last of the entries ``i..j-1`` that may carry a header block, from the index
     alone (no read), or None.
 
@@ -214,8 +214,14 @@ def _may_have_headers(blk: Block, i: int, j: int) -> tuple[int, int] | None:
     headers + data``, and its ``size`` nats-server's accounting, ``30 + subject + data + (4 +
     headers if any)``. So ``size - aux`` is -2 (no headers), 2 (headers), -10 (TTL, no headers)
     or -6 (TTL and headers): exact, whatever the lengths. A compressed entry's ``aux`` has the
-    high bit set, far below all four, so it counts as a candidate and is read."""
-    d = bytes(map(_NO_HEADERS, map(sub, blk.size[i:j], blk.aux[i:j])))
+    high bit set, far below all four, so it counts as a candidate and is read. ``ttl_free``:
+    the store holds no record with a TTL."""
+    size, aux = blk.size[i:j], blk.aux[i:j]
+    if ttl_free and sum(size) - sum(aux) == (30 - rc.REC_SIZE) * (j - i):
+        # Without TTL records every difference is -2 or 2 (or far below for a compressed
+        # entry), so the sum is -2 per entry exactly when none has headers: two C sums.
+        return None
+    d = bytes(map(_NO_HEADERS, map(sub, size, aux)))
     a = d.find(0)
     if a < 0:
         return None
@@ -235,8 +241,9 @@ def stored_headers(store: RawReadHost, start: int, last: int) -> Generator[tuple
     used (a damaged one raises, as a read of it would)."""
     last = min(last, store.committed_seq)
     spans: list[tuple[int, int]] = []
+    ttl_free = not store._ix.ttl
     for blk, i, j in store._ix.iter_live_runs(start, last):
-        span = _may_have_headers(blk, i, j)
+        span = _may_have_headers(blk, i, j, ttl_free)
         if span is not None:
             spans.append((blk.seqs[span[0]], blk.seqs[span[1]]))
     for a, b in spans:

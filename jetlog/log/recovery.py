@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
+from crc32c import crc32c
 
 from jetlog.errors import StorageError
 from jetlog.log.index import Index
@@ -274,7 +275,7 @@ def _load_segment(
         known = (idx_hint.last_seq, idx_hint.last_ts) if idx_hint is not None else (0, 0)
         return _quarantine(path, seg, io, out, buf, dctx, last=last, upper=upper, known=known)
     if not last and start == 0:
-        _write_idx(seg, io, data)
+        _write_idx(seg, io, data, buf)
     return data
 
 
@@ -359,7 +360,7 @@ def _quarantine(
     res = rc.scan(salvaged, 0, verify=True)
     data.add_batches(salvaged, res.batches, dctx)
     if not last:
-        _write_idx(seg, io, data)
+        _write_idx(seg, io, data, salvaged)
     return data
 
 
@@ -376,7 +377,9 @@ def _move_to_quarantine(path: str, name: str, io: SegmentIO, out: Recovered) -> 
     out.quarantined.append(dest)
 
 
-def _write_idx(seg: Segment, io: SegmentIO, d: SegmentData) -> None:
+def _write_idx(seg: Segment, io: SegmentIO, d: SegmentData, checked: bytes | memoryview) -> None:
+    """Write the index of a segment just scanned; ``checked``: its content, every batch of
+    which the scan verified (so its crc can vouch for the file)."""
     write_idx_file(
         seg,
         io,
@@ -398,6 +401,7 @@ def _write_idx(seg: Segment, io: SegmentIO, d: SegmentData) -> None:
             d.last_ts,
             d.epoch,
             d.rewritten,
+            content_crc=crc32c(memoryview(checked)[: d.covered]),
         ),
     )
 
@@ -443,7 +447,9 @@ def build_index(rec: Recovered) -> Index:
                 live[i0:i1] = bytes(i1 - i0)
                 j += 1
         gsid = {k: ix.subjects.intern(s) for k, s in d.subjects.items()}
-        sids = array("I", [gsid[x] for x in d.lsid])
+        # The file's subject keys are usually the index's ids already (one stream's subjects
+        # interned in the same order): then no per-record mapping at all.
+        sids = d.lsid if all(k == v for k, v in gsid.items()) else array("I", map(gsid.__getitem__, d.lsid))
         ix.bulk_load(seg, d.seqs, d.ts, sids, d.size, d.pos, d.aux, live, seg is last)
         for s, exp in d.ttl.items():
             i = bisect_left(d.seqs, s)

@@ -14,16 +14,24 @@ Index file (little-endian; trusted only if its CRC is valid, its base matches, t
 at least ``covered`` bytes long, and every listed batch position holds a valid batch)::
 
     header (``IDX``): magic b"JLX\\x01" | crc u32 (CRC32C of every byte after this field) |
-        version u16 (2) | flags u16 (bit 0: the segment was rewritten by compaction) |
+        version u16 (3) | flags u16 (bit 0: the segment was rewritten by compaction; bit 1:
+        the content crc is set) |
         base u64 | covered u64 (segment bytes described) |
         n_records u32 | n_ops u32 | n_batches u32 | n_subjects u32 | n_ttl u32 |
-        last_seq u64 | last_ts i64 | epoch u64
+        last_seq u64 | last_ts i64 | epoch u64 | content crc u32 (CRC32C of the segment's
+        first ``covered`` bytes, computed only from bytes whose batches were checked)
     columns: seqs Q[n] | ts q[n] | pos I[n] | aux I[n] | size I[n] | subject index I[n] |
         ttl entry index I[n_ttl] | ttl expiry q[n_ttl] | ops Q[2*n_ops] | batch offsets Q[n_batches] |
         batch last_seqs Q[n_batches] (``positions.NULL_LAST`` for null batches) |
         subject keys I[n_subjects] | subject lengths I[n_subjects] | subject bytes
 
-(Version 1 had no batch last_seqs; such a file is rebuilt from its segment on open.)
+(Version 1 had no batch last_seqs; such a file is rebuilt from its segment on open. Version 2
+had no content crc; such a file is checked batch by batch against its segment, as before.)
+
+The content crc makes opening a cleanly closed store cheap: one CRC32C over each segment
+(C speed) proves the bytes are those the index was made from, instead of decoding and
+checking every batch in Python. When it does not match, the segment is checked batch by batch
+and rebuilt (a damaged batch is found and handled exactly as without an index).
 
 Subject indexes are arbitrary u32 keys into the file's subject table (a writer may use its own
 subject ids, which keeps writing an index free of per-record Python work).
@@ -48,9 +56,12 @@ from jetlog.wire import records as rc
 from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 
 IDX = struct.Struct("<4sIHHQQIIIIIQqQ")
+"""The index header of versions 1 and 2; version 3 follows it with the content crc."""
+IDX_CONTENT = struct.Struct("<I")
 IDX_MAGIC = b"JLX\x01"
-IDX_VERSION = 2
+IDX_VERSION = 3
 IDX_REWRITTEN = 0x1  # flags: compaction rewrote the segment (its batch positions changed)
+IDX_HAS_CONTENT_CRC = 0x2  # flags: the content crc is set
 COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
 AUX_MASK = 0x7FFFFFFF
 BODY_CACHE = 8  # decompressed batch bodies a store keeps for reads
@@ -133,6 +144,26 @@ class OsIO:
 
     def close(self, fd: int) -> None:
         os.close(fd)
+
+
+def checked_content_crc(
+    io: SegmentIO, path: str, covered: int, batches: array[int], blast: array[int]
+) -> int | None:
+    """The content crc of a segment's index file: CRC32C of the file's first ``covered`` bytes,
+    read back from disk, if the batches the index lists are all there and valid (None
+    otherwise: the index is then written without it and checked batch by batch on open).
+    Blocking: call it in a thread. A crc of unchecked bytes would vouch for damage already
+    on disk."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        buf = io.pread(fd, covered, 0) if covered else b""
+    finally:
+        io.close(fd)
+    d = SegmentData(0)
+    d.batches, d.blast, d.covered = batches, blast, covered
+    if len(buf) != covered or not verify_idx(d, buf, check_crc=True):
+        return None
+    return crc32c(buf)
 
 
 def read_file(io: SegmentIO, path: str) -> bytes:
@@ -307,6 +338,7 @@ class SegmentData:
         self.last_ts = 0
         self.epoch = 0
         self.has_batches = False
+        self.content_crc: int | None = None  # from a version-3 index file
 
     def subject_index(self, subject: str) -> int:
         """The key of ``subject`` in ``subjects`` (a fresh key if new)."""
@@ -380,8 +412,11 @@ def encode_idx(
     last_ts: int,
     epoch: int,
     rewritten: bool = False,
+    *,
+    content_crc: int | None,
 ) -> bytes:
-    """Serialize an index file."""
+    """Serialize an index file (``content_crc``: CRC32C of the segment's first ``covered``
+    bytes, see :func:`content_crc`)."""
     n = len(seqs)
     ttl_idx = array("I")
     ttl_exp = array("q")
@@ -417,7 +452,7 @@ def encode_idx(
         IDX_MAGIC,
         0,
         IDX_VERSION,
-        IDX_REWRITTEN if rewritten else 0,
+        (IDX_REWRITTEN if rewritten else 0) | (IDX_HAS_CONTENT_CRC if content_crc is not None else 0),
         base,
         covered,
         n,
@@ -428,9 +463,26 @@ def encode_idx(
         last_seq,
         last_ts,
         epoch,
-    )[8:]
+    )[8:] + IDX_CONTENT.pack(content_crc or 0)
     crc = crc32c(body, crc32c(tail))
     return IDX_MAGIC + struct.pack("<I", crc) + tail + body
+
+
+def _keys_known(lsid: array[int], subjects: dict[int, str]) -> bool:
+    """Every subject key of the records is in the file's subject table."""
+    if not lsid:
+        return True
+    if not subjects:
+        return False
+    if len(subjects) == 1:
+        # One subject (a segment of a single-subject stream): a byte comparison.
+        (key,) = subjects
+        return lsid.tobytes() == array(lsid.typecode, [key]).tobytes() * len(lsid)
+    lo, hi = min(subjects), max(subjects)
+    if hi - lo + 1 == len(subjects):
+        # Contiguous keys (what writers produce): two passes in C instead of a set of keys.
+        return lo <= min(lsid) and max(lsid) <= hi
+    return set(lsid) <= subjects.keys()
 
 
 def decode_idx(buf: bytes, base: int) -> SegmentData | None:
@@ -453,12 +505,18 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
         last_ts,
         epoch,
     ) = IDX.unpack_from(buf, 0)
-    if magic != IDX_MAGIC or version != IDX_VERSION or ibase != base:
+    if magic != IDX_MAGIC or version not in (2, IDX_VERSION) or ibase != base:
         return None
     if crc32c(memoryview(buf)[8:]) != crc:
         return None
     d = SegmentData(base)
     p = IDX.size
+    if version >= 3:
+        if len(buf) < p + IDX_CONTENT.size:
+            return None
+        if flags & IDX_HAS_CONTENT_CRC:
+            (d.content_crc,) = IDX_CONTENT.unpack_from(buf, p)
+        p += IDX_CONTENT.size
 
     def take(typecode: str, count: int) -> array[Any]:
         nonlocal p
@@ -492,7 +550,7 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
             d._subj_ix[name] = key
             p += ln
         d._next_key = max(keys, default=-1) + 1
-        if p != len(buf) or not set(d.lsid) <= d.subjects.keys():
+        if p != len(buf) or not _keys_known(d.lsid, d.subjects):
             return None
         d.ttl = {d.seqs[i]: int(e) for i, e in zip(ttl_idx, ttl_exp, strict=True) if i < n}
     except (ValueError, UnicodeDecodeError):
@@ -507,10 +565,13 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
 
 
 def verify_idx(d: SegmentData, buf: bytes, *, check_crc: bool) -> bool:
-    """True if the index's batch offsets tile ``buf[:covered]`` exactly with valid batches
-    whose last sequences it lists."""
+    """True if the index describes ``buf[:covered]``: its content crc matches (version 3, when
+    ``check_crc``), or its batch offsets tile it exactly with valid batches whose last
+    sequences it lists."""
     if d.covered > len(buf):
         return False
+    if check_crc and d.content_crc is not None:
+        return crc32c(memoryview(buf)[: d.covered]) == d.content_crc
     p = 0
     for off, last in zip(d.batches, d.blast, strict=True):
         if off != p:

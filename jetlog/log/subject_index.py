@@ -56,6 +56,15 @@ class Subjects:
             self.live += 1
         arr.append(seq)
 
+    def extend(self, sid: int, seqs: array[int]) -> None:
+        """Record new live messages of one subject (ascending, above every live one)."""
+        if not seqs:
+            return
+        arr = self.seqs[sid]
+        if not arr:
+            self.live += 1
+        arr.extend(seqs)
+
     def remove(self, sid: int, seq: int) -> None:
         """Forget a live message of subject ``sid``."""
         arr = self.seqs[sid]

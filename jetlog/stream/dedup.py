@@ -22,7 +22,7 @@ REBUILD_STEP = 4096
 class DedupWindow:
     """Message ids seen within a sliding time window."""
 
-    __slots__ = ("_ids", "_order", "_scan", "_next", "_last", "window")
+    __slots__ = ("_ids", "_last", "_next", "_order", "_scan", "window")
 
     def __init__(self, window_ns: int) -> None:
         self.window = window_ns

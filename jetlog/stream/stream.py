@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
 
 from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
@@ -237,7 +238,13 @@ class Stream(StreamLimits):
         """Read the duplicate window back a step at a time, yielding to the loop between steps
         (a publish with an id before the end reads the rest at once)."""
         dedup = self.dedup
-        while dedup is self.dedup and not dedup.rebuild_step():
+        lock = _warmup_lock()
+        while dedup is self.dedup and dedup.rebuilding:
+            # One stream's step at a time: after a restart every stream warms up at once, and
+            # a step each per loop pass would hold requests up for all of them.
+            async with lock:
+                if dedup is self.dedup:
+                    dedup.rebuild_step()
             await asyncio.sleep(0)
 
     async def _stop_dedup_warmup(self) -> None:
@@ -643,6 +650,18 @@ def _expected_seq(value: str | None) -> int | None:
             return _U64
         n = (n * 10 + ord(ch) - 48) & _U64  # int64 arithmetic wraps; the cast reads it unsigned
     return n
+
+
+_warmup_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
+
+
+def _warmup_lock() -> asyncio.Lock:
+    """The running loop's lock that takes duplicate-window read-back steps in turn."""
+    loop = asyncio.get_running_loop()
+    lock = _warmup_locks.get(loop)
+    if lock is None:
+        lock = _warmup_locks[loop] = asyncio.Lock()
+    return lock
 
 
 def _log_task_failure(task: asyncio.Task[Any]) -> None:

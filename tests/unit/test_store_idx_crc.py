@@ -1,0 +1,115 @@
+"""Index files of version 3 carry a CRC32C of their segment's content: a clean reopen checks one
+crc per segment instead of every batch, damage is still found (and handled as before), an
+index written over already-damaged bytes never vouches for them, and version-2 index files
+left by an older jetlog are still used."""
+
+from __future__ import annotations
+
+import glob
+import struct
+from pathlib import Path
+
+import pytest
+from crc32c import crc32c
+
+from jetlog.log import segment as segmod
+from jetlog.log.segment import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, decode_idx
+from jetlog.wire import records as rc
+from tests.unit.test_store_file import _fill, _logs, _open, _read, _write
+from tests.unit.test_store_model import Model, check_store
+
+
+def _idx_of(log: str) -> segmod.SegmentData | None:
+    base = int(Path(log).name[:-4])
+    return decode_idx(_read(log[:-4] + ".idx"), base)
+
+
+async def _filled(tmp_path: Path, n: int = 120) -> Model:
+    store = await _open(tmp_path)
+    model = Model()
+    for _ in range(n // 10):
+        await _fill(store, model, 10)
+        await store.flush()  # many batches per segment
+    await store.close()
+    return model
+
+
+async def test_clean_reopen_checks_one_crc_per_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = await _filled(tmp_path)
+    logs = _logs(tmp_path)
+    assert len(logs) >= 3
+    batches = 0
+    for log in logs:
+        d = _idx_of(log)
+        assert d is not None and d.content_crc == crc32c(_read(log)[: d.covered])
+        batches += len(d.batches)
+    assert batches > len(logs)
+    checked: list[int] = []
+    real = rc.check_body
+
+    def counting(buf: bytes, off: int, h: rc.BatchHeader) -> memoryview:
+        checked.append(off)
+        return real(buf, off, h)
+
+    monkeypatch.setattr(rc, "check_body", counting)
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
+        assert checked == []  # no batch was decoded and checked one by one
+        check_store(store, model)
+    finally:
+        await store.close()
+
+
+async def test_a_flipped_byte_is_still_found(tmp_path: Path) -> None:
+    model = await _filled(tmp_path)
+    first = _logs(tmp_path)[0]
+    raw = bytearray(_read(first))
+    raw[len(raw) // 2] ^= 0x04
+    _write(first, bytes(raw))
+    store = await _open(tmp_path)
+    try:
+        lost = store.recovery.lost_seqs
+        assert lost and store.recovery.quarantined
+        for s in lost:
+            model.remove(s)
+        check_store(store, model)
+    finally:
+        await store.close()
+
+
+def _as_version_2(blob: bytes) -> bytes:
+    """The same index as an older jetlog wrote it: no content crc field."""
+    head = list(IDX.unpack_from(blob, 0))
+    head[2] = 2
+    head[3] &= ~IDX_HAS_CONTENT_CRC
+    rest = blob[IDX.size + IDX_CONTENT.size :]
+    tail = IDX.pack(*head)[8:]
+    return head[0] + struct.pack("<I", crc32c(rest, crc32c(tail))) + tail + rest
+
+
+async def test_version_2_index_files_are_still_used(tmp_path: Path) -> None:
+    model = await _filled(tmp_path)
+    for p in glob.glob(str(tmp_path / "*.idx")):
+        _write(p, _as_version_2(_read(p)))
+        d = decode_idx(_read(p), int(Path(p).name[:-4]))
+        assert d is not None and d.content_crc is None
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.rebuilt_indexes == 0
+        check_store(store, model)
+    finally:
+        await store.close()
+    # A version-2 index whose segment was damaged is found batch by batch, as before.
+    first = _logs(tmp_path)[0]
+    _write(first[:-4] + ".idx", _as_version_2(_read(first[:-4] + ".idx")))
+    raw = bytearray(_read(first))
+    raw[len(raw) // 2] ^= 0x04
+    _write(first, bytes(raw))
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.lost_seqs and store.recovery.quarantined
+    finally:
+        await store.close()
