@@ -10,6 +10,7 @@ import asyncio
 import heapq
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from jetlog.consumer import frames as F
@@ -27,6 +28,11 @@ FULL_QUEUE_PRUNE_EVERY = 100_000_000
 """ns between two prunes of a full waiting queue (see ``Consumer.make_room``)."""
 
 FC_WINDOW_START = 2 * 1024 * 1024
+
+AHEAD_MSGS = 64
+AHEAD_BYTES = 256 * 1024
+"""New messages read ahead per consumer in one store pass (the first always, then up to these
+limits): one bulk read instead of a lookup and a read per delivery."""
 
 
 class ConsumerDelivery:
@@ -54,6 +60,12 @@ class ConsumerDelivery:
         self.acks = 0  # acks and terms that settled a pending message (metrics)
         self.waiting = WaitQueue()
         self._rdq: list[int] = []  # redelivery queue (heap of stream seqs)
+        # Read-ahead of new messages (see _next_new): every live matching message of the store
+        # from _ahead_from up to the last one held, for filter _ahead_filter.
+        self._ahead: deque[StoredMsg] = deque()
+        self._ahead_from = 0
+        self._ahead_filter: str | None = None
+        self._ahead_store: Any = None
         self._rdq_set: set[int] = set()
         self._skip: list[int] = []  # last_per_subject start: sequences to deliver first
         self._resume = 0  # after the skip list, continue from here
@@ -162,15 +174,44 @@ class ConsumerDelivery:
             return None, False, False
         fs = self.p.filters
         if not fs:
-            return store.load_next(start, None, committed), False, False
+            return self._next_new(store, start, None, committed), False, False
         if len(fs) == 1:
-            return store.load_next(start, fs[0], committed), False, False
+            return self._next_new(store, start, fs[0], committed), False, False
         best = 0
         for f in fs:
             q = store.next_seq(start, f, committed)
             if q and (not best or q < best):
                 best = q
         return (store.load(best) if best else None), False, False
+
+    def _next_new(self, store: Any, start: int, f: str | None, committed: int) -> StoredMsg | None:
+        """``store.load_next(start, f, committed)``, served from the read-ahead.
+
+        The read-ahead holds every live message matching ``f`` from ``_ahead_from`` up to its
+        last one, as they were when read. New messages only ever get higher sequences, so for
+        any ``start >= _ahead_from`` its first message at or after ``start`` is still the
+        answer unless that message was removed since (checked: one index lookup), or lies
+        above the committed mark (which drops when a replica changes role). Anything else
+        (a start before the read-ahead, another filter or store) reads afresh."""
+        ahead = self._ahead
+        if ahead:
+            if start < self._ahead_from or f != self._ahead_filter or store is not self._ahead_store:
+                ahead.clear()
+            else:
+                while ahead and ahead[0].seq < start:
+                    ahead.popleft()
+                self._ahead_from = start
+                if ahead:
+                    m = ahead[0]
+                    if m.seq <= committed and store.is_live(m.seq):
+                        return m
+                    ahead.clear()
+        batch = store.load_ahead(start, f, committed, AHEAD_MSGS, AHEAD_BYTES)
+        if not batch:
+            return None
+        ahead.extend(batch)
+        self._ahead_from, self._ahead_filter, self._ahead_store = start, f, store
+        return batch[0]
 
     def _pop_rdq(self) -> None:
         s = heapq.heappop(self._rdq)

@@ -202,6 +202,47 @@ class IndexedStore:
         s = self.next_seq(start, subject, max_seq)
         return self.load(s) if s else None
 
+    def load_ahead(
+        self, start: int, subject: str | None, max_seq: int, limit: int, max_bytes: int
+    ) -> list[StoredMsg]:
+        """Up to ``limit`` of the messages ``load_next`` would return one after the other from
+        ``start`` (``subject`` None or one that resolves to a single subject; otherwise just
+        the next one), read in one pass until ``limit`` messages or ``max_bytes`` of payload
+        and headers (at least one): what a consumer delivers next."""
+        ix = self._ix
+        bound = min(max_seq, ix.last_seq) if max_seq > 0 else ix.last_seq
+        start = max(start, ix.first)
+        if start > bound or not ix.msgs or limit <= 0:
+            return []
+        sids = ix.subjects.resolve(subject)
+        read = self._bulk_reader()
+        out: list[StoredMsg] = []
+        used = 0
+        if sids is None:
+            for blk, i in ix.iter_live_entries(start, bound):
+                m = read(blk, i)
+                out.append(m)
+                used += len(m.data) + len(m.hdr)
+                if len(out) >= limit or used >= max_bytes:
+                    break
+            return out
+        if len(sids) == 1:
+            for s in ix.subjects.seqs_from(next(iter(sids)), start, bound, limit):
+                sb, si = ix.live_entry(s)
+                if sb is not None:
+                    m = read(sb, si)
+                    out.append(m)
+                    used += len(m.data) + len(m.hdr)
+                    if used >= max_bytes:
+                        break
+            return out
+        one = self.load_next(start, subject, max_seq)
+        return [one] if one is not None else []
+
+    def is_live(self, seq: int) -> bool:
+        """Whether ``seq`` holds a message (not removed, not truncated)."""
+        return self._ix.live_entry(seq)[0] is not None
+
     def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
         read = self._bulk_reader()
         for blk, i in self._ix.iter_live_entries(start, last):

@@ -193,6 +193,18 @@ class MsgStore(Protocol):
         (a filter with wildcards; None = any), not beyond ``max_seq``."""
         ...
 
+    def load_ahead(
+        self, start: int, subject: str | None, max_seq: int, limit: int, max_bytes: int
+    ) -> list[StoredMsg]:
+        """Up to ``limit`` of the messages ``load_next`` would return one after another from
+        ``start``, read in one pass: at least the first, when there is one, then until
+        ``limit`` messages or ``max_bytes`` of payload and headers."""
+        ...
+
+    def is_live(self, seq: int) -> bool:
+        """Whether ``seq`` holds a message (not removed, not truncated)."""
+        ...
+
     def iter_range(self, start: int, last: int) -> Iterator[StoredMsg]:
         """Live messages with ``start <= seq <= last`` in order (bulk reads). The store must not
         be mutated while the iterator is in use."""

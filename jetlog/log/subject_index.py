@@ -12,7 +12,7 @@ is more than half the array), a removal in the middle is a bisection and a memmo
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
 
@@ -106,6 +106,17 @@ class Subjects:
             return arr[h]
         i = bisect_left(arr, start, h)
         return arr[i] if i < len(arr) else 0
+
+    def seqs_from(self, sid: int, start: int, bound: int, limit: int) -> array[int]:
+        """Up to ``limit`` live sequences of the subject in ``[start, bound]``, ascending."""
+        arr = self.seqs[sid]
+        if not arr:
+            return array("Q")
+        i = bisect_left(arr, start, self.head[sid])
+        out = arr[i : i + limit]
+        if out and out[-1] > bound:
+            del out[bisect_right(out, bound) :]
+        return out
 
     def prev_at(self, sid: int, bound: int) -> int:
         """Last live sequence ≤ ``bound`` of the subject (0 if none)."""
