@@ -326,6 +326,13 @@ class IndexedStore:
             for sid in subj.live_sids(subj.resolve(subject))
         }
 
+    def subject_state(self, subject: str) -> SubjectState | None:
+        subj = self._ix.subjects
+        sid = subj.ids.get(subject)
+        if sid is None or not subj.seqs[sid]:
+            return None
+        return SubjectState(subj.count(sid), subj.first(sid), subj.last(sid))
+
     def num_pending(self, start: int, subject: str | None = None, last_per_subject: bool = False) -> int:
         ix = self._ix
         subj = ix.subjects

@@ -232,6 +232,11 @@ class MsgStore(Protocol):
         """Per-subject state of every subject with live messages matching the filter."""
         ...
 
+    def subject_state(self, subject: str) -> SubjectState | None:
+        """State of one literal subject, None when it has no live message (the per-publish
+        limit checks: no filter resolution, no dict)."""
+        ...
+
     def num_pending(self, start: int, subject: str | None = None, last_per_subject: bool = False) -> int:
         """Live messages with sequence ≥ ``start`` matching ``subject``; with
         ``last_per_subject`` count only the last message of each matching subject."""

@@ -108,7 +108,7 @@ class StreamExpiry:
         is_marker = bool(m.hdr) and H.get(m.hdr, H.MARKER_REASON) is not None
         last_of_subject = False
         if marker_ttl > 0 and not is_marker:
-            ss = self.store.subjects_state(m.subject).get(m.subject)
+            ss = self.store.subject_state(m.subject)
             last_of_subject = ss is not None and ss.msgs == 1
         self.store.remove(m.seq)
         if last_of_subject:

@@ -20,7 +20,7 @@ class StreamLimits(StreamExpiry):
         at_subject_limit = False
         ss = None
         if p.max_msgs_per_subject > 0:
-            ss = store.subjects_state(subject).get(subject)
+            ss = store.subject_state(subject)
             at_subject_limit = ss is not None and ss.msgs >= p.max_msgs_per_subject
         if at_subject_limit and p.discard_new_per_subject and H.get(hdr, H.ROLLUP) is None:
             raise E.STREAM_STORE_FAILED(err="maximum messages per subject exceeded")
@@ -47,11 +47,11 @@ class StreamLimits(StreamExpiry):
     def _enforce_after_store(self, subject: str) -> None:
         p, store = self.policy, self.store
         if p.max_msgs_per_subject > 0:
-            ss = store.subjects_state(subject).get(subject)
+            ss = store.subject_state(subject)
             while ss is not None and ss.msgs > p.max_msgs_per_subject:
                 if not store.remove(ss.first):
                     break
-                ss = store.subjects_state(subject).get(subject)
+                ss = store.subject_state(subject)
         if not p.discard_new:
             if p.max_msgs > 0:
                 while store.msgs > p.max_msgs and store.remove(store.first_seq):

@@ -1,6 +1,7 @@
 """``load_ahead`` (a consumer's read-ahead) returns exactly what repeated ``load_next`` calls
 return, for every filter kind, bound and limit, in the file store (plain and compressed,
-committed and not, after removals and reopen) and the memory store."""
+committed and not, after removals and reopen) and the memory store; ``subject_state`` (the
+per-publish limit checks) equals ``subjects_state`` for one literal subject."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def _check(store, rnd: random.Random) -> None:  # type: ignore[no-untyped-def]
             assert sum(len(m.data) + len(m.hdr) for m in got) >= max_bytes
         for m in got:
             assert store.is_live(m.seq)
+    for subj in ("s.0", "s.1", "s.4", "s.9", "other"):
+        assert store.subject_state(subj) == store.subjects_state(subj).get(subj)
 
 
 @pytest.mark.parametrize("compression", [False, True])
