@@ -253,7 +253,7 @@ def _med(fs: list[Figures], attr: str) -> float:
 
 def report(res: dict[str, dict[str, list[Figures]]], args: argparse.Namespace) -> str:
     """The markdown section for ``docs/benchmarks.md``."""
-    from jetlog.bench.runner import _machine
+    from jetlog.bench.report import machine as _machine
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -307,7 +307,7 @@ REPRODUCE = "Reproduce: `.venv/bin/jetlog bench --scale --rounds 3 --out docs/be
 
 async def run(args: argparse.Namespace) -> int:
     """Entry point of ``jetlog bench --scale``."""
-    from jetlog.bench.runner import write_report
+    from jetlog.bench.report import write_report
 
     section = await run_scale(args)
     print(section)

@@ -8,8 +8,10 @@ enough (timestamps are non-decreasing per stream).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable
+from weakref import WeakKeyDictionary
 
 Scan = Callable[[int, int], Iterable[tuple[int, int, str]]]
 """``scan(first, last)``: ``(seq, ts, msg_id)`` of the stored messages in that range that carry
@@ -118,3 +120,29 @@ class DedupWindow:
         self._scan = None
         self._ids.clear()
         self._order.clear()
+
+
+_warmup_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
+
+
+def _warmup_lock() -> asyncio.Lock:
+    """The running loop's lock that takes read-back steps in turn."""
+    loop = asyncio.get_running_loop()
+    lock = _warmup_locks.get(loop)
+    if lock is None:
+        lock = _warmup_locks[loop] = asyncio.Lock()
+    return lock
+
+
+async def warm_up(current: Callable[[], DedupWindow]) -> None:
+    """Read ``current()``'s window back a step at a time, yielding to the loop between steps
+    (a lookup or insert before the end reads the rest at once); stops once ``current()`` is
+    another window. One stream's step at a time: after a restart every stream warms up at
+    once, and a step each per loop pass would hold requests up for all of them."""
+    dedup = current()
+    lock = _warmup_lock()
+    while dedup is current() and dedup.rebuilding:
+        async with lock:
+            if dedup is current():
+                dedup.rebuild_step()
+        await asyncio.sleep(0)

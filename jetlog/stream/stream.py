@@ -21,12 +21,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
-from weakref import WeakKeyDictionary
 
 from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
-from jetlog.stream.dedup import DedupWindow
+from jetlog.stream.dedup import DedupWindow, warm_up
 from jetlog.stream.limits import StreamLimits
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
 from jetlog.wire import headers as H
@@ -218,7 +217,7 @@ class Stream(StreamLimits):
             # nats-server does), in the background: see DedupWindow.begin_rebuild.
             self.dedup.begin_rebuild(self.store.seq_for_time(now - window), st.last_seq, self._stored_ids)
             if self.dedup.rebuilding:
-                self._dedup_task = asyncio.create_task(self._dedup_warmup(), name=f"dedup:{self.name}")
+                self._dedup_task = asyncio.create_task(warm_up(lambda: self.dedup), name=f"dedup:{self.name}")
                 self._dedup_task.add_done_callback(_log_task_failure)
         last = self.store.load(st.last_seq) if st.last_seq else None
         if last is not None:
@@ -233,19 +232,6 @@ class Stream(StreamLimits):
             mid = H.get(hdr, H.MSG_ID)
             if mid:
                 yield seq, ts, mid
-
-    async def _dedup_warmup(self) -> None:
-        """Read the duplicate window back a step at a time, yielding to the loop between steps
-        (a publish with an id before the end reads the rest at once)."""
-        dedup = self.dedup
-        lock = _warmup_lock()
-        while dedup is self.dedup and dedup.rebuilding:
-            # One stream's step at a time: after a restart every stream warms up at once, and
-            # a step each per loop pass would hold requests up for all of them.
-            async with lock:
-                if dedup is self.dedup:
-                    dedup.rebuild_step()
-            await asyncio.sleep(0)
 
     async def _stop_dedup_warmup(self) -> None:
         task, self._dedup_task = self._dedup_task, None
@@ -650,18 +636,6 @@ def _expected_seq(value: str | None) -> int | None:
             return _U64
         n = (n * 10 + ord(ch) - 48) & _U64  # int64 arithmetic wraps; the cast reads it unsigned
     return n
-
-
-_warmup_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
-
-
-def _warmup_lock() -> asyncio.Lock:
-    """The running loop's lock that takes duplicate-window read-back steps in turn."""
-    loop = asyncio.get_running_loop()
-    lock = _warmup_locks.get(loop)
-    if lock is None:
-        lock = _warmup_locks[loop] = asyncio.Lock()
-    return lock
 
 
 def _log_task_failure(task: asyncio.Task[Any]) -> None:

@@ -3,7 +3,7 @@ others, and the hand-written notes, as they were."""
 
 from __future__ import annotations
 
-from jetlog.bench.runner import KEEP_MARKER, write_report
+from jetlog.bench.report import KEEP_MARKER, write_report
 
 
 def test_sections_replace_only_their_own_part(tmp_path) -> None:  # type: ignore[no-untyped-def]
