@@ -215,29 +215,26 @@ class IndexedStore:
         if start > bound or not ix.msgs or limit <= 0:
             return []
         sids = ix.subjects.resolve(subject)
+        entries: Iterable[tuple[Block | None, int]]
+        if sids is None:
+            entries = ix.iter_live_entries(start, bound)
+        elif len(sids) == 1:
+            entries = map(ix.live_entry, ix.subjects.seqs_from(next(iter(sids)), start, bound, limit))
+        else:
+            one = self.load_next(start, subject, max_seq)
+            return [one] if one is not None else []
         read = self._bulk_reader()
         out: list[StoredMsg] = []
         used = 0
-        if sids is None:
-            for blk, i in ix.iter_live_entries(start, bound):
-                m = read(blk, i)
-                out.append(m)
-                used += len(m.data) + len(m.hdr)
-                if len(out) >= limit or used >= max_bytes:
-                    break
-            return out
-        if len(sids) == 1:
-            for s in ix.subjects.seqs_from(next(iter(sids)), start, bound, limit):
-                sb, si = ix.live_entry(s)
-                if sb is not None:
-                    m = read(sb, si)
-                    out.append(m)
-                    used += len(m.data) + len(m.hdr)
-                    if used >= max_bytes:
-                        break
-            return out
-        one = self.load_next(start, subject, max_seq)
-        return [one] if one is not None else []
+        for blk, i in entries:
+            if blk is None:
+                continue
+            m = read(blk, i)
+            out.append(m)
+            used += len(m.data) + len(m.hdr)
+            if len(out) >= limit or used >= max_bytes:
+                break
+        return out
 
     def is_live(self, seq: int) -> bool:
         """Whether ``seq`` holds a message (not removed, not truncated)."""

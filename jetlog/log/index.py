@@ -510,7 +510,12 @@ class Index:
             self.blocks.append(blk)
             self.firsts.append(blk.seqs[0])
             if blk.nlive:
-                _add_subjects(subjects, blk)
+                if blk.nlive == len(blk.seqs):
+                    subjects.add_many(blk.seqs, blk.sid)
+                else:
+                    subjects.add_many(
+                        array("Q", compress(blk.seqs, blk.live)), array("I", compress(blk.sid, blk.live))
+                    )
                 if not self.msgs:
                     self.first = blk.seqs[blk.live.find(1)]
                 self.msgs += blk.nlive
@@ -573,28 +578,3 @@ class Index:
             if b.seg is seg and b.nlive:
                 out.extend(compress(b.seqs, b.live))
         return out
-
-
-FEW_SUBJECTS = 16
-"""Up to this many subjects in a block, recovery files its sequences per subject in C."""
-
-
-def _add_subjects(subjects: Subjects, blk: Block) -> None:
-    """File the live entries of a loaded block under their subjects (in sequence order). A
-    block usually holds one or a few subjects: one filtered C pass per subject then, instead of
-    a Python step per message (10M messages: seconds of recovery)."""
-    sid, live = blk.sid, blk.live
-    all_live = blk.nlive == len(sid)
-    seqs = blk.seqs if all_live else array("Q", compress(blk.seqs, live))
-    sids = sid if all_live else array("I", compress(sid, live))
-    first = sids[0]
-    if sids.count(first) == len(sids):
-        subjects.extend(first, seqs)
-        return
-    distinct = set(sids)
-    if len(distinct) <= FEW_SUBJECTS:
-        for x in sorted(distinct):
-            subjects.extend(x, array("Q", compress(seqs, map(x.__eq__, sids))))
-        return
-    for s, i in zip(seqs, sids, strict=True):
-        subjects.add(i, s)

@@ -258,14 +258,7 @@ def index_extend(
         i = j
     if not n:
         return
-    sseqs = ix.subjects.seqs
-    live = 0
-    for s, q in zip(sid, seqs, strict=True):
-        arr = sseqs[s]
-        if not arr:
-            live += 1
-        arr.append(q)
-    ix.subjects.live += live
+    ix.subjects.add_many(seqs, sid)
     if not ix.msgs:
         ix.first = seqs[0]
     ix.msgs += n

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import compress
 
 from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
 
 _FILTER_CACHE_MAX = 64
+FEW_SUBJECTS = 16
+"""Up to this many subjects in one ``add_many``, sequences are filed per subject in C."""
 
 
 class Subjects:
@@ -64,6 +67,25 @@ class Subjects:
         if not arr:
             self.live += 1
         arr.extend(seqs)
+
+    def add_many(self, seqs: array[int], sids: array[int]) -> None:
+        """Record new live messages (``seqs`` ascending, above every live one, ``sids`` their
+        subjects). Runs of stored messages usually hold one or a few subjects: one filtered C
+        pass per subject then, instead of a Python step per message (recovery of 10M messages,
+        a follower's appends)."""
+        if not seqs:
+            return
+        first = sids[0]
+        if sids.count(first) == len(sids):
+            self.extend(first, seqs)
+            return
+        distinct = set(sids)
+        if len(distinct) <= FEW_SUBJECTS:
+            for x in sorted(distinct):
+                self.extend(x, array("Q", compress(seqs, map(x.__eq__, sids))))
+            return
+        for s, i in zip(seqs, sids, strict=True):
+            self.add(i, s)
 
     def remove(self, sid: int, seq: int) -> None:
         """Forget a live message of subject ``sid``."""
