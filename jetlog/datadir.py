@@ -20,6 +20,7 @@ import msgspec
 
 from jetlog import __version__
 from jetlog.errors import StorageError
+from jetlog.fsutil import write_atomic
 
 FORMAT_VERSION = 1
 """The on-disk layout this jetlog reads and writes."""
@@ -72,17 +73,7 @@ def check_and_mark(data_dir: str) -> Marker:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(path, data)
     except OSError as e:
         raise StorageError(f"cannot write {path}: {e}") from None

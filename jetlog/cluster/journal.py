@@ -38,6 +38,8 @@ from typing import Any
 import crc32c
 import msgspec
 
+from jetlog.fsutil import fsync_dir, write_atomic
+
 log = logging.getLogger("jetlog.cluster.journal")
 
 MAGIC = b"JLRAFTJ1"
@@ -54,15 +56,6 @@ class _Meta(msgspec.Struct, forbid_unknown_fields=True):
 Entry = tuple[bytes, int, int]
 """pysyncobj's log entry: (command, index, term). Always a tuple: pysyncobj compares entries
 with the snapshot's by ``!=``, and a list never equals a tuple (it then truncates the log)."""
-
-
-def fsync_dir(path: str) -> None:
-    """fsync the directory ``path`` (makes renames/creations in it durable)."""
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RaftJournal:
@@ -186,16 +179,7 @@ class RaftJournal:
         self._end = pos
 
     def _store_meta(self) -> None:
-        path = self._path + ".meta"
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(msgspec.msgpack.encode(self._meta))
-            f.flush()
-            if self._durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if self._durable:
-            fsync_dir(self._dir)
+        write_atomic(self._path + ".meta", msgspec.msgpack.encode(self._meta), durable=self._durable)
         self._meta_dirty = False
 
     # ------------------------------------------------------- pysyncobj Journal API

@@ -28,8 +28,9 @@ import os
 
 import msgspec
 
-from jetlog.cluster.journal import Entry, fsync_dir
+from jetlog.cluster.journal import Entry
 from jetlog.errors import ClusterError
+from jetlog.fsutil import fsync_dir, write_atomic
 
 DUMP_MAGIC = b"JLRAFTS1"
 
@@ -104,13 +105,7 @@ def write_identity(data_dir: str, cluster: str, node: str) -> None:
     """Write ``data_dir``/IDENTITY durably."""
     ident = raft_paths(data_dir)[0]
     os.makedirs(data_dir, exist_ok=True)
-    tmp = ident + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(msgspec.json.encode(_Identity(cluster=cluster, node=node)))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, ident)
-    fsync_dir(data_dir)
+    write_atomic(ident, msgspec.json.encode(_Identity(cluster=cluster, node=node)))
 
 
 def write_dump(path: str, state: bytes, last: Entry, prev: Entry, cluster: list[str]) -> None:

@@ -47,6 +47,7 @@ from crc32c import crc32c
 
 from jetlog.consumer.state import ConsumerState, Pending
 from jetlog.errors import StorageError
+from jetlog.fsutil import fsync_dir
 
 if TYPE_CHECKING:
     from jetlog.log.syncer import Syncer
@@ -600,11 +601,7 @@ def _replace_file(path: str, data: bytes) -> int:
         os.close(fd)
         raise
     os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(os.path.dirname(path))
     return fd
 
 

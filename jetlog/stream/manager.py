@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import msgspec
 
 from jetlog.errors import JetlogError, StorageError
+from jetlog.fsutil import write_atomic
 from jetlog.log.store import MsgStore
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
 from jetlog.wire.subjects import collide
@@ -62,20 +63,6 @@ class StoreSettings(Protocol):
 class _Meta(msgspec.Struct):
     config: msgspec.Raw
     created: int
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class StreamManager:
@@ -267,7 +254,7 @@ class StreamManager:
     async def _write_meta(self, config: Any, created: int) -> None:
         body = msgspec.json.encode({"config": msgspec.Raw(self.encode_config(config)), "created": created})
         path = os.path.join(self.root, config.name, "stream.json")
-        await asyncio.to_thread(_write_atomic, path, body)
+        await asyncio.to_thread(write_atomic, path, body)
 
     async def _open(self, config: Any, created: int) -> Stream:
         store = await self._open_store(config)
