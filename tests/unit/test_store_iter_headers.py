@@ -14,7 +14,7 @@ from jetlog.errors import StorageError
 from jetlog.log import rawread
 from jetlog.log.filestore import FileStore
 from jetlog.log.memstore import MemStore
-from tests.unit.test_store_iter_range import _fill
+from tests.unit.test_store_iter_range import _fill, exercise_file_store
 
 
 def _expected(store, start: int, last: int):  # type: ignore[no-untyped-def]
@@ -38,28 +38,22 @@ async def test_file_store_iter_headers_matches_load(tmp_path, monkeypatch, compr
     # A scan read of 1,000 bytes: many reads per segment, and the 2,000-byte records below
     # are each too large for one (read on their own).
     monkeypatch.setattr(rawread, "HEADER_SCAN_BUDGET", 1000)
-    rnd = random.Random(11)
-    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
-    try:
-        _fill(st, rnd, 400)
+
+    def big_records(st: FileStore) -> None:
         for i in range(4):
             st.append("big", b"NATS/1.0\r\nNats-Msg-Id: big-%d\r\n\r\n" % i, os.urandom(2000), 5_000 + i)
-        await _check(st, rnd)  # partly uncommitted: the open batch is read from memory
-        await st.flush()
-        await _check(st, rnd)
-        for s in rnd.sample(range(1, 401), 60):
-            st.remove(s)
-        st.purge(seq=30)
-        _fill(st, rnd, 40)
-        await st.flush()
-        await _check(st, rnd)
-    finally:
-        await st.close()
-    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
-    try:
-        await _check(st, rnd)  # after recovery, with cold caches
-    finally:
-        await st.close()
+
+    await exercise_file_store(
+        tmp_path,
+        compression,
+        random.Random(11),
+        _check,
+        n=400,
+        removed=60,
+        purge_seq=30,
+        refill=40,
+        after_fill=big_records,
+    )
 
 
 async def test_file_store_iter_headers_detects_a_damaged_header(tmp_path) -> None:  # type: ignore[no-untyped-def]

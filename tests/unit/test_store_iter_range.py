@@ -34,28 +34,50 @@ def _fill(store, rnd: random.Random, n: int) -> None:  # type: ignore[no-untyped
         )
 
 
+async def exercise_file_store(  # type: ignore[no-untyped-def]
+    path,
+    compression: bool,
+    rnd: random.Random,
+    check,
+    *,
+    n: int,
+    removed: int,
+    purge_seq: int,
+    refill: int,
+    after_fill=None,
+) -> None:
+    """The scenario the bulk-read tests share, with ``await check(store, rnd)`` at each step:
+    ``n`` messages partly uncommitted (the open batch is read from memory), then flushed, then
+    ``removed`` random deletes, a purge below ``purge_seq`` and ``refill`` more, then after a
+    reopen (recovery, cold caches). ``after_fill(store)`` adds to the first fill."""
+    st = await FileStore.open(str(path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        _fill(st, rnd, n)
+        if after_fill is not None:
+            after_fill(st)
+        await check(st, rnd)
+        await st.flush()
+        await check(st, rnd)
+        for s in rnd.sample(range(1, n + 1), removed):
+            st.remove(s)
+        st.purge(seq=purge_seq)
+        _fill(st, rnd, refill)
+        await st.flush()
+        await check(st, rnd)
+    finally:
+        await st.close()
+    st = await FileStore.open(str(path), compression=compression, segment_bytes=16 * 1024)
+    try:
+        await check(st, rnd)
+    finally:
+        await st.close()
+
+
 @pytest.mark.parametrize("compression", [False, True])
 async def test_file_store_iter_range_matches_load(tmp_path, compression: bool) -> None:  # type: ignore[no-untyped-def]
-    rnd = random.Random(7)
-    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
-    try:
-        _fill(st, rnd, 600)
-        await _check(st, rnd)  # partly uncommitted: the open batch is read from memory
-        await st.flush()
-        await _check(st, rnd)
-        for s in rnd.sample(range(1, 601), 80):
-            st.remove(s)
-        st.purge(seq=40)
-        _fill(st, rnd, 50)
-        await st.flush()
-        await _check(st, rnd)
-    finally:
-        await st.close()
-    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
-    try:
-        await _check(st, rnd)  # after recovery, with cold caches
-    finally:
-        await st.close()
+    await exercise_file_store(
+        tmp_path, compression, random.Random(7), _check, n=600, removed=80, purge_seq=40, refill=50
+    )
 
 
 async def test_file_store_iter_range_detects_corruption(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import pytest
 
 from jetlog.log.filestore import FileStore
 from jetlog.log.memstore import MemStore
-from tests.unit.test_store_iter_range import _fill
+from tests.unit.test_store_iter_range import _fill, exercise_file_store
 
 FILTERS = [None, "s.1", "s.*", "s.>", "nothing", "s.9"]
 
@@ -27,7 +27,7 @@ def _by_load_next(store, start: int, f, max_seq: int, limit: int):  # type: igno
     return out
 
 
-def _check(store, rnd: random.Random) -> None:  # type: ignore[no-untyped-def]
+async def _check(store, rnd: random.Random) -> None:  # type: ignore[no-untyped-def]
     top = store.last_seq + 2
     for _ in range(150):
         start = rnd.randint(0, top)
@@ -51,22 +51,12 @@ def _check(store, rnd: random.Random) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("compression", [False, True])
 async def test_file_store_load_ahead_matches_load_next(tmp_path, compression: bool) -> None:  # type: ignore[no-untyped-def]
-    rnd = random.Random(5)
+    await exercise_file_store(
+        tmp_path, compression, random.Random(5), _check, n=500, removed=80, purge_seq=20, refill=0
+    )
     st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
     try:
-        _fill(st, rnd, 500)
-        _check(st, rnd)  # partly uncommitted
-        await st.flush()
-        for s in rnd.sample(range(1, 501), 80):
-            st.remove(s)
-        st.purge(seq=20)
-        _check(st, rnd)
         assert not st.is_live(5)
-    finally:
-        await st.close()
-    st = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
-    try:
-        _check(st, rnd)
     finally:
         await st.close()
 
@@ -77,4 +67,4 @@ async def test_memory_store_load_ahead_matches_load_next() -> None:
     _fill(st, rnd, 400)
     for s in rnd.sample(range(1, 401), 50):
         st.remove(s)
-    _check(st, rnd)
+    await _check(st, rnd)
