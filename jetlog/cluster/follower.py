@@ -306,8 +306,21 @@ class StreamFollower:
     async def _consumer_records(self, head: R.FetchReply) -> bool:
         """Apply consumer-log records or snapshot chunks; True when something was written."""
         clog = self.clog
-        if clog is None or (not head.crecs and not head.csnap):
+        if clog is None or not head.cepoch:
             return False
+        if not head.crecs and not head.csnap:
+            if head.cepoch == self.cepoch and not self._snap:
+                return False  # nothing new in this lineage
+            # An empty image: the leader answers a new lineage (or a transfer it cannot
+            # continue) with its whole consumer state, and it holds no durable consumer.
+            # Adopting it matters twice: consumers deleted meanwhile go here too, and until
+            # this follower reports the leader's lineage every fetch of it looks like news
+            # to the leader, which then answers at once, round after round (a busy loop
+            # on an idle stream with no consumers).
+            self._snap.clear()
+            await clog.replica_replace(b"")
+            self.cepoch, self.cidx = head.cepoch, head.cidx
+            return True
         if head.csnap:
             if head.coff != len(self._snap):
                 self._snap.clear()

@@ -7,8 +7,8 @@ recomputed on every fetch and every local group commit, and the stream's committ
 (:meth:`Stream.advance`) follows it — PubAcks, consumer deliveries and committed reads are all
 released by that one mark.
 
-A follower that is caught up is parked (long poll) until the leader's log or HW moves, or its
-``wait_ms`` runs out. Replies never exceed the upstream ``max_payload`` (the caller passes the
+A follower that is caught up is parked (long poll) until the leader's log moves, its ``wait_ms``
+runs out, or (at most ``HW_LINGER`` later) the HW moved. Replies never exceed the upstream ``max_payload`` (the caller passes the
 budget; a batch bigger than that travels in chunks).
 
 ISR changes are proposed through the metadata Raft group as compare-and-set commands on
@@ -36,6 +36,16 @@ log = logging.getLogger("jetlog.cluster.leader")
 
 NO_POS: R.Pos = (0, -1)
 TICK = 0.2
+HW_LINGER = 0.02
+"""How long a caught-up follower's parked fetch may wait when only the high-water mark moved.
+
+The fetch that completes a commit is itself caught up, so answering HW moves at once costs
+every committed message a second reply and a second request per follower, all relayed by the
+upstream server and each waking a Python process. Held back, the HW rides on the next
+message's reply (a synchronous publisher sends it right after its PubAck); a quiet stream
+still tells its followers within this delay. Only a follower's committed mark waits: what
+PubAcks, deliveries and leader reads wait for is the leader's HW, computed from the fetches
+themselves, so nothing a client is told depends on it."""
 
 
 @dataclass
@@ -123,6 +133,7 @@ class StreamLeader:
         }
         self._parked: list[_Parked] = []
         self._wake_scheduled = False
+        self._hw_timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._isr_change: asyncio.Task[None] | None = None
         self._consumer_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -159,6 +170,9 @@ class StreamLeader:
         """Stop serving: parked fetches are answered NOT_LEADER, waiters released."""
         self._closed = True
         self.stream.remove_stored_listener(self._on_stored)
+        if self._hw_timer is not None:
+            self._hw_timer.cancel()
+            self._hw_timer = None
         for t in (self._task, self._isr_change):
             if t is not None:
                 t.cancel()
@@ -392,17 +406,44 @@ class StreamLeader:
             f.last_caught_up = max(f.last_caught_up, caught_up_as_of(self._leo_history, f.pos))
         self._recompute()
         self._maybe_expand(req.replica, f)
-        if self._has_news(req, f, leo) or req.wait_ms <= 0:
+        if self._has_data(req, leo) or req.wait_ms <= 0:
             reply(self._answer(req, f))
             return
         self._parked.append(_Parked(req, reply, now + req.wait_ms / 1000.0))
+        if req.hw < self.hw:
+            self._arm_hw()
 
-    def _has_news(self, req: R.FetchRequest, f: FollowerView, leo: R.Pos) -> bool:
+    def _has_data(self, req: R.FetchRequest, leo: R.Pos) -> bool:
+        """Something to ship at once: messages, a chunk or snapshot in transfer, or consumer-log
+        records (consumer acks wait for followers to hold them). An HW move alone is not."""
         if req.chunk or req.csnap:
             return True
-        if tuple(req.pos) < leo or req.hw < self.hw:
+        if tuple(req.pos) < leo:
             return True
+        if self._consumer_feed() is None:
+            return False  # a memory stream replicates no consumer state (cepoch stays 0)
         return req.cepoch != self.epoch or req.cidx < self._consumer_idx()
+
+    def _arm_hw(self) -> None:
+        """Tell parked followers of an HW move within ``HW_LINGER`` if no message does first."""
+        if self._hw_timer is None and not self._closed:
+            self._hw_timer = asyncio.get_running_loop().call_later(HW_LINGER, self._hw_due)
+
+    def _hw_due(self) -> None:
+        self._hw_timer = None
+        if self._closed or not self._parked:
+            return
+        hw = self.hw
+        keep = []
+        for p in self._parked:
+            f = self.followers.get(p.req.replica)
+            if f is None:
+                continue
+            if p.req.hw < hw:
+                p.reply(self._answer(p.req, f))
+            else:
+                keep.append(p)
+        self._parked = keep
 
     def _consumer_idx(self) -> int:
         feed = self._consumer_feed()
@@ -476,7 +517,8 @@ class StreamLeader:
         return low
 
     def wake(self) -> None:
-        """The log, the HW or the consumer feed moved: answer parked fetches (once per tick)."""
+        """The log, the HW or the consumer feed moved: answer parked fetches that have news (once
+        per loop iteration; HW-only news waits for ``HW_LINGER``)."""
         if self._parked and not self._wake_scheduled and not self._closed:
             self._wake_scheduled = True
             asyncio.get_running_loop().call_soon(self._wake_now)
@@ -489,16 +531,21 @@ class StreamLeader:
         # when the flusher takes it (one loop iteration, but followers are idle meanwhile).
         leo = self.store.seal()
         now = self._clock()
+        hw = self.hw
         keep = []
+        behind = False
         for p in self._parked:
             f = self.followers.get(p.req.replica)
             if f is None:
                 continue
-            if self._has_news(p.req, f, leo) or now >= p.deadline:
+            if self._has_data(p.req, leo) or now >= p.deadline:
                 p.reply(self._answer(p.req, f))
             else:
                 keep.append(p)
+                behind = behind or p.req.hw < hw
         self._parked = keep
+        if behind:
+            self._arm_hw()
 
     # ---- ISR maintenance ---------------------------------------------------------------------
 

@@ -519,7 +519,9 @@ class ClusterNode:
     def metrics_view(self) -> dict[str, Any]:
         """Figures for ``/metrics``: this node's Raft role and term, and per stream it holds a
         replica of: ISR and replica counts, epoch, whether it leads, each follower's lag
-        (messages behind the leader's log end; known on the leader only)."""
+        (messages behind the leader's log end; known on the leader only) and, where it follows,
+        the replication fetches it has made (a caught-up follower of an idle stream makes one
+        per long poll)."""
         streams: dict[str, Any] = {}
         for name, a in self.state.streams.items():
             if self.name not in a.replicas:
@@ -533,6 +535,8 @@ class ClusterNode:
                 "epoch": a.epoch,
                 "lag": role.obj.lags() if leads else {},  # type: ignore[union-attr]
             }
+            if role is not None and role.kind == "follower":
+                streams[name]["fetches"] = role.obj.fetches
         return {
             "raft_leader": bool(self.raft.is_leader),
             "raft_term": int(self.raft.term),

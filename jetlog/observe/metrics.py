@@ -208,7 +208,7 @@ def _fsync_family() -> Iterator[HistogramMetricFamily]:
     yield h
 
 
-def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily]:
+def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """Raft role and term; per replicated stream: leadership, ISR size, epoch, follower lag."""
     raft = GaugeMetricFamily("jetlog_raft_leader", "1 while this node leads the metadata Raft group")
     raft.add_metric([], 1 if view.get("raft_leader") else 0)
@@ -223,11 +223,18 @@ def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily]:
         "Messages a follower is behind the leader's log end (exported by the leader)",
         labels=["stream", "replica"],
     )
+    fetches = CounterMetricFamily(
+        "jetlog_replica_fetches",
+        "Replication fetches this node made as a follower of the stream (since it began following)",
+        labels=["stream"],
+    )
     for name, st in view.get("streams", {}).items():
+        if "fetches" in st:
+            fetches.add_metric([name], st["fetches"])
         leads.add_metric([name], 1 if st["leader"] else 0)
         isr.add_metric([name], st["isr"])
         reps.add_metric([name], st["replicas"])
         epoch.add_metric([name], st["epoch"])
         for replica, n in st["lag"].items():
             lag.add_metric([name, replica], n)
-    yield from (raft, term, leads, isr, reps, epoch, lag)
+    yield from (raft, term, leads, isr, reps, epoch, lag, fetches)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -92,3 +93,14 @@ async def stream_info(nc: nats.NATS, name: str, timeout: float = 2.0) -> dict[st
     """Raw STREAM.INFO reply (as JSON)."""
     msg = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=timeout)
     return msgspec.json.decode(msg.data)
+
+
+def node_metrics(http: str) -> dict[str, float]:
+    """One node's ``/metrics`` samples: ``name{labels}`` -> value."""
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }

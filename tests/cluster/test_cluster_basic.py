@@ -10,7 +10,7 @@ import pytest
 
 from jetlog.devcluster import LocalCluster
 
-from .conftest import stream_info, wait_for
+from .conftest import node_metrics, stream_info, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -171,8 +171,6 @@ async def test_jsz_on_every_node_shows_the_meta_group(cluster: LocalCluster, ups
 
 
 async def test_metrics_show_raft_role_isr_and_replica_lag(cluster: LocalCluster, upstream) -> None:  # type: ignore[no-untyped-def]
-    import urllib.request
-
     nc = await nats.connect(upstream.url)
     try:
         js = nc.jetstream(timeout=5)
@@ -183,17 +181,8 @@ async def test_metrics_show_raft_role_isr_and_replica_lag(cluster: LocalCluster,
     finally:
         await nc.close()
 
-    def metrics(http: str) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return {
-            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line and not line.startswith("#")
-        }
-
     async def settled() -> bool:
-        got = {m.name: metrics(m.http) for m in cluster.members.values()}
+        got = {m.name: node_metrics(m.http) for m in cluster.members.values()}
         lead = got[leader]
         lags = [v for k, v in lead.items() if k.startswith("jetlog_replica_lag_messages{replica=")]
         return (

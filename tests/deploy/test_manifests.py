@@ -87,6 +87,7 @@ CLUSTER_ONLY = {
     "jetlog_stream_isr_size",
     "jetlog_stream_leader",
     "jetlog_replica_lag_messages",
+    "jetlog_replica_fetches_total",
     "jetlog_stream_replicas",
     "jetlog_stream_leader_epoch",
 }
@@ -832,7 +833,10 @@ class _ClusterView:
         return {
             "raft_leader": True,
             "raft_term": 3,
-            "streams": {"S": {"leader": True, "isr": 3, "replicas": 3, "epoch": 2, "lag": lag}},
+            "streams": {
+                "S": {"leader": True, "isr": 3, "replicas": 3, "epoch": 2, "lag": lag},
+                "F": {"leader": False, "isr": 3, "replicas": 3, "epoch": 5, "lag": {}, "fetches": 12},
+            },
         }
 
 
