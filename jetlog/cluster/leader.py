@@ -406,6 +406,11 @@ class StreamLeader:
             f.last_caught_up = max(f.last_caught_up, caught_up_as_of(self._leo_history, f.pos))
         self._recompute()
         self._maybe_expand(req.replica, f)
+        if not self._has_data(req, leo) and req.wait_ms > 0:
+            # A message may wait in the open batch, its wake-up gone to nobody (no fetch was
+            # parked when it was stored): seal it, or this fetch would sit until the next tick
+            # and so would the PubAck waiting for it (200 ms stalls of a lone publish).
+            leo = self.store.seal()
         if self._has_data(req, leo) or req.wait_ms <= 0:
             reply(self._answer(req, f))
             return

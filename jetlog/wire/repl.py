@@ -53,7 +53,8 @@ class FetchRequest(msgspec.Struct, tag="fetch", forbid_unknown_fields=False):
     chunk: int = 0
     """Bytes of a partially received batch already held (a batch bigger than one reply)."""
     hw: int = 0
-    """The HW the follower already knows: a caught-up follower is answered when it moves."""
+    """The HW the follower already knows: a caught-up follower is told when it moves (on the next
+    message's reply, or within the leader's ``HW_LINGER``)."""
     cepoch: int = 0
     """Lineage of the follower's consumer records (the leader epoch that produced them)."""
     cidx: int = 0

@@ -1,0 +1,163 @@
+"""When a stream leader answers a follower's fetch: at once when there is a message to ship (even
+one still in the open batch), after at most ``HW_LINGER`` when only the high-water mark moved
+(and sooner, with the next message, when one comes), never in a loop when nothing moved.
+
+A real ``Stream`` on a real ``FileStore``, a real ``StreamLeader``; the followers are fetch
+requests handed to it directly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from jetlog.api.models import StreamConfigRequest
+from jetlog.cluster import leader as leader_mod
+from jetlog.cluster.leader import HW_LINGER, StreamLeader
+from jetlog.log import FileStore
+from jetlog.stream.config import normalize_stream_config, validate_stream_config
+from jetlog.stream.stream import FOLLOWER, Stream
+from jetlog.wire import repl as R
+from tests.unit.test_stream_demote import Out
+
+
+class Follower:
+    """One follower's side of the exchange: its fetches and the replies they got."""
+
+    def __init__(self, leader: StreamLeader, name: str) -> None:
+        self.leader = leader
+        self.name = name
+        self.replies: list[tuple[R.FetchReply, bytes]] = []
+        self.pos: R.Pos = leader.store.log_end()
+        self.hw = 0
+
+    def fetch(self) -> None:
+        req = R.FetchRequest(
+            stream="S", replica=self.name, epoch=1, pos=self.pos, hw=self.hw, max_bytes=1 << 20, wait_ms=5000
+        )
+        self.leader.handle_fetch(req, self._got)
+
+    def _got(self, raw: bytes) -> None:
+        head, body = R.decode_fetch_reply(raw)
+        assert head.code == R.OK, head
+        self.replies.append((head, body))
+        # What the real follower reports next: everything it was sent (durable at once here).
+        if body:
+            self.pos = tuple(head.leo)  # type: ignore[assignment]
+        self.hw = max(self.hw, head.hw)
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def _until(cond, timeout: float = 2.0) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.001)
+    return time.monotonic() - t0
+
+
+async def _setup(tmp_path: Path) -> tuple[Stream, StreamLeader, Follower, Follower]:
+    store = await FileStore.open(str(tmp_path), auto_compact=False)
+    cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
+    stream = Stream(cfg, store, 0, Out())
+    await stream.start(FOLLOWER)
+
+    async def propose(*_: object) -> bool:
+        return True
+
+    leader = StreamLeader(
+        stream,
+        node="n1",
+        epoch=1,
+        replicas=["n1", "n2", "n3"],
+        isr=["n1", "n2", "n3"],
+        isr_version=1,
+        min_insync=2,
+        isr_lag_time=30.0,
+        propose_isr=propose,
+        max_payload=lambda: 1 << 20,
+        fenced=lambda: False,
+    )
+    await stream.promote(1, leader)
+    leader.start()
+    return stream, leader, Follower(leader, "n2"), Follower(leader, "n3")
+
+
+async def _close(stream: Stream, leader: StreamLeader) -> None:
+    await leader.stop()
+    await stream.close()
+
+
+async def _shipped_once(stream: Stream, a: Follower, b: Follower) -> None:
+    """Both followers caught up on m1 and in flight (fetched, answered, not asking again)."""
+    a.fetch()
+    b.fetch()
+    await _turns()
+    assert not a.replies and not b.replies, "nothing to ship: the fetches wait"
+    stream.process("s.x", "", b"", b"m1")
+    await _until(lambda: a.replies and b.replies)
+    assert a.replies[-1][1] and b.replies[-1][1], "m1 shipped to both"
+
+
+async def test_a_message_in_the_open_batch_is_shipped_to_a_fetch_that_arrives_after_it(
+    tmp_path: Path,
+) -> None:
+    stream, leader, a, b = await _setup(tmp_path)
+    try:
+        await _shipped_once(stream, a, b)
+        # m2 is stored while no fetch is parked (its wake-up reaches nobody), and the next
+        # fetch arrives before anything sealed the batch: it must still get m2 at once.
+        stream.process("s.x", "", b"", b"m2")
+        before = len(a.replies)
+        a.fetch()
+        assert len(a.replies) == before + 1, "the fetch was parked with m2 waiting in the open batch"
+        head, body = a.replies[-1]
+        assert body and head.last[0] == 2, (head, len(body))
+    finally:
+        await _close(stream, leader)
+
+
+async def test_a_moved_high_water_mark_alone_waits_for_the_linger(tmp_path: Path) -> None:
+    stream, leader, a, b = await _setup(tmp_path)
+    try:
+        await _shipped_once(stream, a, b)
+        await stream.store.flush()
+        n = len(a.replies), len(b.replies)
+        a.fetch()  # acknowledges m1
+        b.fetch()  # acknowledges m1 too: the HW moves to 1
+        assert leader.hw == 1
+        await _turns()
+        assert (len(a.replies), len(b.replies)) == n, "an HW move alone answered at once"
+        took = await _until(lambda: len(a.replies) > n[0] and len(b.replies) > n[1])
+        assert took < HW_LINGER + 1.0
+        for f in (a, b):
+            head, body = f.replies[-1]
+            assert head.hw == 1 and not body
+    finally:
+        await _close(stream, leader)
+
+
+async def test_the_next_message_carries_the_moved_high_water_mark(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A long linger: whatever the machine's load, the message comes first.
+    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)
+    stream, leader, a, b = await _setup(tmp_path)
+    try:
+        await _shipped_once(stream, a, b)
+        await stream.store.flush()
+        n = len(a.replies), len(b.replies)
+        a.fetch()
+        b.fetch()
+        assert leader.hw == 1
+        stream.process("s.x", "", b"", b"m2")  # before the linger runs out
+        await _until(lambda: len(a.replies) > n[0] and len(b.replies) > n[1])
+        for f in (a, b):
+            head, body = f.replies[-1]
+            assert head.hw == 1 and body and head.last[0] == 2, (head, len(body))
+            assert len(f.replies) == n[0] + 1, "one reply for the HW and the message together"
+    finally:
+        await _close(stream, leader)
