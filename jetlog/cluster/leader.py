@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ class StreamLeader:
         self._parked: list[_Parked] = []
         self._wake_scheduled = False
         self._hw_timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._ticker: _Ticker | None = None
         self._isr_change: asyncio.Task[None] | None = None
         self._consumer_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closed = False
@@ -157,8 +158,8 @@ class StreamLeader:
 
     def start(self) -> None:
         """Start the ISR maintenance task; answer parked fetches as soon as messages arrive."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"leader:{self.stream.name}")
-        self._task.add_done_callback(_log_failure)
+        self._ticker = _Ticker.of(asyncio.get_running_loop())
+        self._ticker.add(self)
         self.stream.add_stored_listener(self._on_stored)
         self._recompute()
         self._check_quorum()  # elected with too few in-sync replicas
@@ -173,11 +174,12 @@ class StreamLeader:
         if self._hw_timer is not None:
             self._hw_timer.cancel()
             self._hw_timer = None
-        for t in (self._task, self._isr_change):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+        if self._ticker is not None:
+            self._ticker.remove(self)
+        if self._isr_change is not None:
+            self._isr_change.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._isr_change
         for p in self._parked:
             p.reply(R.encode(R.FetchReply(code=R.NOT_LEADER, epoch=self.epoch)))
         self._parked.clear()
@@ -554,17 +556,19 @@ class StreamLeader:
 
     # ---- ISR maintenance ---------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(TICK)
-            self._leo_history.append((self._clock(), self.store.log_end()))
-            self._update_hold()
-            self._expire_parked()
-            self._check_isr()
-            if self._parked:
-                # Removals (acks on a work queue, expiry) wake nobody by themselves: ship the
-                # open batch to waiting followers at least every tick.
-                self.wake()
+    def tick(self) -> None:
+        """Every ``TICK`` (the node's one :class:`_Ticker`): sample the log end, hold or resume
+        deliveries, answer expired long polls, check the ISR."""
+        if self._closed:
+            return
+        self._leo_history.append((self._clock(), self.store.log_end()))
+        self._update_hold()
+        self._expire_parked()
+        self._check_isr()
+        if self._parked:
+            # Removals (acks on a work queue, expiry) wake nobody by themselves: ship the
+            # open batch to waiting followers at least every tick.
+            self.wake()
 
     def _expire_parked(self) -> None:
         if not self._parked:
@@ -621,6 +625,49 @@ class StreamLeader:
 
         self._isr_change = asyncio.get_running_loop().create_task(run(), name=f"isr:{self.stream.name}")
         self._isr_change.add_done_callback(_log_failure)
+
+
+class _Ticker:
+    """One task per event loop that ticks every stream leader on it, instead of a timer task
+    per stream: a node leading many idle streams wakes once per ``TICK``, not once per stream,
+    and long polls that ran out in the same tick are answered together."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.leaders: dict[StreamLeader, None] = {}  # insertion-ordered set
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _Ticker:
+        """The ticker of ``loop`` (made on first use)."""
+        t = cls._by_loop.get(loop)
+        if t is None:
+            t = cls._by_loop[loop] = cls()
+        return t
+
+    def add(self, leader: StreamLeader) -> None:
+        """Tick ``leader`` from now on (starts the task when it is the first)."""
+        self.leaders[leader] = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="leader-ticker")
+            self._task.add_done_callback(_log_failure)
+
+    def remove(self, leader: StreamLeader) -> None:
+        """Stop ticking ``leader``; the task ends with the last one."""
+        self.leaders.pop(leader, None)
+        if not self.leaders and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while self.leaders:
+            await asyncio.sleep(TICK)
+            for leader in list(self.leaders):
+                try:
+                    leader.tick()
+                except Exception:  # one stream's fault must not stop the others' ISR upkeep
+                    log.exception("stream %s: leader tick failed", leader.stream.name)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

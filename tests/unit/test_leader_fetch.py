@@ -1,6 +1,7 @@
 """When a stream leader answers a follower's fetch: at once when there is a message to ship (even
 one still in the open batch), after at most ``HW_LINGER`` when only the high-water mark moved
-(and sooner, with the next message, when one comes), never in a loop when nothing moved.
+(and sooner, with the next message, when one comes), never in a loop when nothing moved, and
+when its long poll runs out (one ticker task for every leader of the node).
 
 A real ``Stream`` on a real ``FileStore``, a real ``StreamLeader``; the followers are fetch
 requests handed to it directly."""
@@ -28,18 +29,27 @@ class Follower:
         self.leader = leader
         self.name = name
         self.replies: list[tuple[R.FetchReply, bytes]] = []
+        self.refused: list[int] = []
         self.pos: R.Pos = leader.store.log_end()
         self.hw = 0
 
-    def fetch(self) -> None:
+    def fetch(self, wait_ms: int = 5000) -> None:
         req = R.FetchRequest(
-            stream="S", replica=self.name, epoch=1, pos=self.pos, hw=self.hw, max_bytes=1 << 20, wait_ms=5000
+            stream="S",
+            replica=self.name,
+            epoch=1,
+            pos=self.pos,
+            hw=self.hw,
+            max_bytes=1 << 20,
+            wait_ms=wait_ms,
         )
         self.leader.handle_fetch(req, self._got)
 
     def _got(self, raw: bytes) -> None:
         head, body = R.decode_fetch_reply(raw)
-        assert head.code == R.OK, head
+        if head.code != R.OK:
+            self.refused.append(head.code)  # NOT_LEADER when the leader stops
+            return
         self.replies.append((head, body))
         # What the real follower reports next: everything it was sent (durable at once here).
         if body:
@@ -161,3 +171,35 @@ async def test_the_next_message_carries_the_moved_high_water_mark(tmp_path: Path
             assert len(f.replies) == n[0] + 1, "one reply for the HW and the message together"
     finally:
         await _close(stream, leader)
+
+
+def _ticker_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name() == "leader-ticker" and not t.done()]
+
+
+async def test_one_ticker_task_runs_out_the_long_polls_of_every_leader(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    s1, l1, a1, _ = await _setup(tmp_path / "one")
+    s2, l2, a2, _ = await _setup(tmp_path / "two")
+    try:
+        assert set(leader_mod._Ticker.of(asyncio.get_running_loop()).leaders) == {l1, l2}
+        assert len(_ticker_tasks()) == 1, "one task ticks every leader"
+
+        def broken() -> None:
+            raise RuntimeError("tick failed")
+
+        monkeypatch.setattr(l1, "tick", broken)
+        a1.fetch(wait_ms=50)
+        a2.fetch(wait_ms=50)
+        # Nothing to ship: the long polls end empty at a tick after their wait ran out, and a
+        # leader whose tick fails does not stop the others'.
+        await _until(lambda: bool(a2.replies), timeout=5)
+        head, body = a2.replies[-1]
+        assert not body and head.hw == 0
+        assert not a1.replies
+        await _close(s1, l1)
+        assert a1.refused == [R.NOT_LEADER], "a stopped leader answers what it held"
+        assert len(_ticker_tasks()) == 1, "the ticker runs while a leader is left"
+    finally:
+        await _close(s2, l2)
+    await _turns()
+    assert _ticker_tasks() == [], "the ticker task ends with the last leader"
