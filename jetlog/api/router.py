@@ -280,6 +280,9 @@ class ApiRouter:
         if stream is None:
             self.reply_raw(reply, [fetch.NOT_FOUND])
             return
+        # A follower may know its committed mark late; the reader asks again after a short
+        # backoff when the reply stops short of what it wanted, by then with the mark learnt.
+        stream.want_committed()
         try:
             # Bounded by max_payload, so one reply's reads stay short enough for the loop.
             frame = fetch.fetch(

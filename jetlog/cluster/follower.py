@@ -33,6 +33,9 @@ CATCHUP_REPORT_MIN = 10_000
 """Messages behind the leader from which catching up is reported in the log."""
 PROGRESS_EVERY = 5.0
 MAX_TRUNCATE_ROUNDS = 64
+EAGER_HW_FOR = 5.0
+"""Seconds after a reader last waited for this follower's committed mark during which its
+fetches ask the leader for HW moves at once (``FetchRequest.eager_hw``)."""
 
 
 class _Retry(Exception):
@@ -77,6 +80,8 @@ class StreamFollower:
         self.fetches = 0
         self._catchup: tuple[float, int, float] | None = None  # (since, from seq, last said)
         self._fetch_started = 0.0
+        self._hw_task: asyncio.Task[None] | None = None
+        self._reader_waited = -EAGER_HW_FOR
 
     # ---- Replication seam ----------------------------------------------------------------------
 
@@ -100,6 +105,30 @@ class StreamFollower:
         """A follower has nothing of its own to replicate: its local durability only."""
         await self.store.flush()
 
+    def committed_wanted(self) -> None:
+        """A read here waits for the committed mark: ask the leader for its HW now (HW-only
+        moves reach a caught-up follower up to ``HW_LINGER`` late). One query at a time;
+        readers arriving meanwhile share it."""
+        loop = asyncio.get_running_loop()
+        self._reader_waited = loop.time()
+        if self._stopped or (self._hw_task is not None and not self._hw_task.done()):
+            return
+        self._hw_task = loop.create_task(self._query_hw(), name=f"hw:{self.stream.name}<-{self.leader}")
+        self._hw_task.add_done_callback(_log_failure)
+
+    async def _query_hw(self) -> None:
+        req = R.HwRequest(stream=self.stream.name, replica=self.node, epoch=self.epoch)
+        try:
+            head, _ = R.decode_fetch_reply(await self._call(req, 1.0))
+        except (_Retry, TimeoutError, TransportError, R.ReplError) as e:
+            log.debug("stream %s: HW query to %s failed: %s", self.stream.name, self.leader, e)
+            return
+        if head.code != R.OK or head.epoch != self.epoch:
+            return  # another leadership by now, or a leader too old to answer: readers wait
+        self.leader_hw = max(self.leader_hw, head.hw)
+        # Never more than this replica holds durably (as for every fetch reply).
+        self.stream.advance(min(self.leader_hw, self.store.durable_end()[0]))
+
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -117,6 +146,8 @@ class StreamFollower:
     async def stop(self) -> None:
         """Stop following; close the consumer log."""
         self._stopped = True
+        if self._hw_task is not None:
+            self._hw_task.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -144,7 +175,7 @@ class StreamFollower:
                 log.warning("stream %s: replication from %s failed: %s", self.stream.name, self.leader, e)
                 await asyncio.sleep(0.5)
 
-    async def _call(self, req: R.FetchRequest | R.EpochEndRequest, timeout: float) -> bytes:
+    async def _call(self, req: R.Request, timeout: float) -> bytes:
         try:
             return await self._request(self.subject, R.encode(req), timeout)
         except (TimeoutError, TransportError):
@@ -205,7 +236,7 @@ class StreamFollower:
     async def _fetch_once(self) -> None:
         store = self.store
         pos = store.durable_end()
-        self._fetch_started = asyncio.get_running_loop().time()
+        self._fetch_started = now = asyncio.get_running_loop().time()
         budget = max(4096, self._max_payload() - 8192)
         req = R.FetchRequest(
             stream=self.stream.name,
@@ -219,6 +250,7 @@ class StreamFollower:
             csnap=len(self._snap),
             max_bytes=budget,
             wait_ms=WAIT_MS,
+            eager_hw=now - self._reader_waited < EAGER_HW_FOR,
         )
         raw = await self._call(req, WAIT_MS / 1000 + 3.0)
         head, body = R.decode_fetch_reply(raw)

@@ -46,7 +46,10 @@ upstream server and each waking a Python process. Held back, the HW rides on the
 message's reply (a synchronous publisher sends it right after its PubAck); a quiet stream
 still tells its followers within this delay. Only a follower's committed mark waits: what
 PubAcks, deliveries and leader reads wait for is the leader's HW, computed from the fetches
-themselves, so nothing a client is told depends on it."""
+themselves. Reads served by a follower do wait for its committed mark: one that finds
+messages beyond it asks for the HW at once (:meth:`StreamLeader.handle_hw`), and a follower
+that served such reads lately asks for HW moves eagerly (``FetchRequest.eager_hw``), so a read
+right after a write does not wait for the linger."""
 
 
 @dataclass
@@ -369,6 +372,16 @@ class StreamLeader:
         e, end = self.store.epoch_end(req.epoch)
         return R.encode(R.EpochEndReply(code=R.OK, epoch=e, end=end, leader_epoch=self.epoch))
 
+    def handle_hw(self, req: R.HwRequest) -> bytes:
+        """A follower's reader waits for the committed mark: the HW now. Not a fetch: no
+        position, no ISR or liveness bookkeeping."""
+        if req.epoch != self.epoch:
+            return R.encode(R.FetchReply(code=R.NOT_LEADER, epoch=self.epoch))
+        return R.encode(R.FetchReply(code=R.OK, epoch=self.epoch, hw=self.hw))
+
+    def committed_wanted(self) -> None:
+        """The leader's committed mark is always current (it computes it)."""
+
     def handle_fetch(self, req: R.FetchRequest, reply: Callable[[bytes], None]) -> None:
         """Record the follower's position, then answer now or park the request."""
         if req.epoch != self.epoch:
@@ -414,6 +427,9 @@ class StreamLeader:
             # and so would the PubAck waiting for it (200 ms stalls of a lone publish).
             leo = self.store.seal()
         if self._has_data(req, leo) or req.wait_ms <= 0:
+            reply(self._answer(req, f))
+            return
+        if req.eager_hw and req.hw < self.hw:
             reply(self._answer(req, f))
             return
         self._parked.append(_Parked(req, reply, now + req.wait_ms / 1000.0))
@@ -545,11 +561,12 @@ class StreamLeader:
             f = self.followers.get(p.req.replica)
             if f is None:
                 continue
-            if self._has_data(p.req, leo) or now >= p.deadline:
+            lagging = p.req.hw < hw
+            if self._has_data(p.req, leo) or now >= p.deadline or (lagging and p.req.eager_hw):
                 p.reply(self._answer(p.req, f))
             else:
                 keep.append(p)
-                behind = behind or p.req.hw < hw
+                behind = behind or lagging
         self._parked = keep
         if behind:
             self._arm_hw()

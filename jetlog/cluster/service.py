@@ -439,6 +439,8 @@ class ClusterNode:
         leader: StreamLeader = role.obj
         if isinstance(req, R.EpochEndRequest):
             self._send(reply, leader.handle_epoch_end(req))
+        elif isinstance(req, R.HwRequest):
+            self._send(reply, leader.handle_hw(req))
         else:
             leader.handle_fetch(req, lambda payload: self._send(reply, payload))
 

@@ -88,6 +88,11 @@ class Replication(Protocol):
         leader by now, which delivers in its place)."""
         ...
 
+    def committed_wanted(self) -> None:
+        """A reader waits for messages stored here to be known committed: learn the committed
+        mark now if it may have moved (a follower asks its leader; the leader knows)."""
+        ...
+
 
 class StreamStats:
     """Plain counters (cheap to bump per message; exported by the metrics collector)."""
@@ -290,6 +295,12 @@ class Stream(StreamLimits):
             except Exception:  # one listener's bug must not stop acks for the others
                 log.exception("stream %s: commit listener failed", self.name)
 
+    def want_committed(self) -> None:
+        """A reader found messages stored here beyond the committed mark (and will ask again):
+        have the replication side learn the mark now rather than at its next occasion."""
+        if self.repl is not None and self._committed < self.store.last_seq:
+            self.repl.committed_wanted()
+
     def clamp_committed(self) -> None:
         """After a truncation or reset of this replica's log: the committed mark never points
         past what the log holds (the truncated entries were never committed, and their
@@ -309,6 +320,9 @@ class Stream(StreamLimits):
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        # A follower learns HW-only moves late (its leader holds them back to ride on the next
+        # message): a read right after a write would wait for that. Ask now.
+        self.repl.committed_wanted()
 
         def check(c: int) -> None:
             if c >= target and not fut.done():

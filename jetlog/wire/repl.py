@@ -63,6 +63,9 @@ class FetchRequest(msgspec.Struct, tag="fetch", forbid_unknown_fields=False):
     """Bytes of a consumer snapshot being transferred already held (0 = none in progress)."""
     max_bytes: int = 1 << 20
     wait_ms: int = 0
+    eager_hw: bool = False
+    """Answer an HW move at once, not up to the leader's ``HW_LINGER`` later: readers on this
+    follower waited for its committed mark lately (read-after-write through a follower)."""
 
 
 class EpochEndRequest(msgspec.Struct, tag="epoch_end", forbid_unknown_fields=False):
@@ -76,7 +79,17 @@ class EpochEndRequest(msgspec.Struct, tag="epoch_end", forbid_unknown_fields=Fal
     """The epoch the follower believes the leader leads at."""
 
 
-Request = FetchRequest | EpochEndRequest
+class HwRequest(msgspec.Struct, tag="hw", forbid_unknown_fields=False):
+    """Follower → leader: your high-water mark now, please (answered with a :class:`FetchReply`
+    holding only ``code``, ``epoch`` and ``hw``). A reader on the follower waits for it; this
+    is not a fetch and acknowledges nothing. A leader that does not know it answers ERROR."""
+
+    stream: str
+    replica: str
+    epoch: int
+
+
+Request = FetchRequest | EpochEndRequest | HwRequest
 
 
 class FetchReply(msgspec.Struct, forbid_unknown_fields=False):

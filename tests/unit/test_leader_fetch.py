@@ -14,6 +14,7 @@ from pathlib import Path
 
 from jetlog.api.models import StreamConfigRequest
 from jetlog.cluster import leader as leader_mod
+from jetlog.cluster.follower import StreamFollower
 from jetlog.cluster.leader import HW_LINGER, StreamLeader
 from jetlog.log import FileStore
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
@@ -33,7 +34,7 @@ class Follower:
         self.pos: R.Pos = leader.store.log_end()
         self.hw = 0
 
-    def fetch(self, wait_ms: int = 5000) -> None:
+    def fetch(self, wait_ms: int = 5000, eager_hw: bool = False) -> None:
         req = R.FetchRequest(
             stream="S",
             replica=self.name,
@@ -42,6 +43,7 @@ class Follower:
             hw=self.hw,
             max_bytes=1 << 20,
             wait_ms=wait_ms,
+            eager_hw=eager_hw,
         )
         self.leader.handle_fetch(req, self._got)
 
@@ -203,3 +205,89 @@ async def test_one_ticker_task_runs_out_the_long_polls_of_every_leader(tmp_path:
         await _close(s2, l2)
     await _turns()
     assert _ticker_tasks() == [], "the ticker task ends with the last leader"
+
+
+async def test_a_follower_that_serves_reads_gets_hw_moves_at_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)  # only eagerness can answer in time
+    stream, leader, a, b = await _setup(tmp_path)
+    try:
+        await _shipped_once(stream, a, b)
+        await stream.store.flush()
+        n = len(a.replies), len(b.replies)
+        a.fetch(eager_hw=True)  # parked: the HW has not moved yet
+        await _turns()
+        assert len(a.replies) == n[0]
+        b.fetch()  # completes the commit: the eager follower hears of it at once, b does not
+        await _until(lambda: len(a.replies) > n[0])
+        assert a.replies[-1][0].hw == 1 and not a.replies[-1][1]
+        await _turns()
+        assert len(b.replies) == n[1]
+        # A fetch that arrives eager with the HW already ahead of it is answered at once too.
+        a.hw = 0
+        a.fetch(eager_hw=True)
+        assert a.replies[-1][0].hw == 1
+    finally:
+        await _close(stream, leader)
+
+
+async def test_a_read_on_a_follower_asks_the_leader_for_the_high_water_mark(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)
+    stream, leader, a, b = await _setup(tmp_path / "leader")
+    fstream = None
+    try:
+        await _shipped_once(stream, a, b)
+        await stream.store.flush()
+        a.fetch()
+        b.fetch()
+        assert leader.hw == 1  # committed on the leader; the followers have not heard
+        # A follower replica holding m1 durably, its committed mark not yet moved.
+        store = await FileStore.open(str(tmp_path / "follower"), auto_compact=False)
+        cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
+        fstream = Stream(cfg, store, 0, Out())
+        asked: list[R.Request] = []
+
+        async def request(subject: str, data: bytes, timeout: float) -> bytes:
+            req, _ = R.decode_request(data)
+            asked.append(req)
+            assert isinstance(req, R.HwRequest)
+            return leader.handle_hw(req)
+
+        follower = StreamFollower(
+            fstream,
+            node="n2",
+            leader="n1",
+            epoch=1,
+            subject="repl",
+            request=request,
+            max_payload=lambda: 1 << 20,
+            consumer_dir=None,
+        )
+        await fstream.start(FOLLOWER, follower)
+        fstream.append_verbatim(a.replies[0][1])
+        await store.flush()
+        assert fstream.committed_seq == 0 and store.last_seq == 1
+        # A read waits for the committed mark: the follower asks, the leader answers, and the
+        # read goes on long before the (30 s) linger would have told the follower.
+        await asyncio.wait_for(fstream.wait_committed(timeout=10.0), 5.0)
+        assert fstream.committed_seq == 1
+        assert [type(r) for r in asked] == [R.HwRequest]
+        await follower.stop()
+        # A follower of another leadership is told so, not given this leader's mark.
+        head, _ = R.decode_fetch_reply(leader.handle_hw(R.HwRequest(stream="S", replica="n2", epoch=2)))
+        assert head.code == R.NOT_LEADER and head.hw == 0
+    finally:
+        if fstream is not None:
+            await fstream.close()
+        await _close(stream, leader)
+
+
+def test_hw_requests_round_trip_and_a_stale_epoch_is_refused() -> None:
+    req = R.HwRequest(stream="S", replica="n2", epoch=3)
+    back, body = R.decode_request(R.encode(req))
+    assert back == req and body == b""
+    # An old leader decodes the new fetch field as unknown and ignores it; a new one reads it.
+    f = R.FetchRequest(stream="S", replica="n2", epoch=3, pos=(1, 0), eager_hw=True)
+    got, _ = R.decode_request(R.encode(f))
+    assert isinstance(got, R.FetchRequest) and got.eager_hw is True

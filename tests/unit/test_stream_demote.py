@@ -45,6 +45,9 @@ class NoQuorum:
     def deliveries_held(self) -> bool:
         return False
 
+    def committed_wanted(self) -> None:
+        return None
+
 
 def _config() -> StreamConfig:
     return validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))

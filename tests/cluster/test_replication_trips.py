@@ -1,10 +1,13 @@
-"""Replication on a stream with no consumers: a caught-up follower long-polls (it used to ask
-again at once, round after round, because it never adopted the leader's empty consumer state),
-and a consumer deleted while a follower was down stays deleted when that follower leads."""
+"""Replication round trips: on a stream with no consumers a caught-up follower long-polls (it
+used to ask again at once, round after round, because it never adopted the leader's empty
+consumer state); a consumer deleted while a follower was down stays deleted when that follower
+leads; a read served by a follower right after a write sees the write without waiting for the
+leader's HW linger."""
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
 import msgspec
@@ -12,6 +15,7 @@ import nats
 import pytest
 
 from jetlog.cluster.follower import WAIT_MS
+from jetlog.cluster.leader import HW_LINGER
 from jetlog.devcluster import LocalCluster
 
 from .conftest import node_metrics, stream_info, wait_for
@@ -112,3 +116,25 @@ async def _consumer_names(nc: nats.NATS, stream: str):  # type: ignore[no-untype
     assert "error" not in body, body
     for n in body.get("consumers") or []:
         yield n
+
+
+async def test_read_after_write_through_any_replica(cluster: LocalCluster, upstream) -> None:  # type: ignore[no-untyped-def]
+    nc = await nats.connect(upstream.url)
+    try:
+        js = nc.jetstream(timeout=5)
+        await js.add_stream(name="RAW", subjects=["raw.>"], num_replicas=3, allow_direct=True)
+        await js.publish("raw.a", b"first")
+        await wait_for(lambda: _in_sync(nc, "RAW"), 20, "RAW in sync on every replica")
+        took = []
+        for i in range(40):
+            ack = await js.publish("raw.a", f"v{i}".encode())
+            t0 = time.monotonic()
+            # Direct Get is answered by any replica (a queue group): most by a follower.
+            m = await js.get_msg("RAW", seq=ack.seq, direct=True)
+            took.append(time.monotonic() - t0)
+            assert m.data == f"v{i}".encode() and m.seq == ack.seq
+        # Without asking the leader, a follower's read waited for the HW linger (~20 ms each);
+        # the bound is loose for a loaded machine, and well under the linger.
+        assert statistics.median(took) < HW_LINGER / 2, sorted(took)
+    finally:
+        await nc.close()
