@@ -61,6 +61,11 @@ class FollowerView:
     cepoch: int = 0
     cidx: int = 0
     last_fetch: float = 0.0
+    replied: float = 0.0
+    """When this leader last sent the follower a reply."""
+    heard: float = 0.0
+    """When the reply that the follower's latest fetch answers was sent: the follower was
+    alive and following this leader at some moment after that (see ``deliveries_held``)."""
     last_caught_up: float = 0.0
     ever_fetched: bool = False
     leo_sent: R.Pos = NO_POS
@@ -133,7 +138,9 @@ class StreamLeader:
         now = clock()
         # Followers get the benefit of the doubt for one lag period after a leadership start.
         self.followers: dict[str, FollowerView] = {
-            r: FollowerView(last_fetch=now, last_caught_up=now) for r in self.replicas if r != node
+            r: FollowerView(last_fetch=now, replied=now, heard=now, last_caught_up=now)
+            for r in self.replicas
+            if r != node
         }
         self._parked: list[_Parked] = []
         self._wake_scheduled = False
@@ -197,7 +204,7 @@ class StreamLeader:
         now = self._clock()
         for r in self.replicas:
             if r != self.node and r not in self.followers:
-                self.followers[r] = FollowerView(last_fetch=now, last_caught_up=now)
+                self.followers[r] = FollowerView(last_fetch=now, replied=now, heard=now, last_caught_up=now)
         for r in list(self.followers):
             if r not in self.replicas:
                 del self.followers[r]
@@ -229,18 +236,24 @@ class StreamLeader:
         return self._fenced() and not self._alone()
 
     def deliveries_held(self) -> bool:
-        """Consumer deliveries wait while no in-sync follower has fetched at this epoch for
-        ``hold_after`` (a long poll returns every ``WAIT_MS``, so a healthy follower is never
-        that quiet). That is the state of a leader that was paused or cut off and has not yet
-        applied its deposition: its followers fetch from the new leader, which delivers and
-        sees the acks; redelivering here, from state without those acks, hands consumers
-        messages they have acknowledged (chaos finding 5). Without followers in the ISR there
-        is no one to hear from, and nothing is held."""
+        """Consumer deliveries wait while no in-sync follower has shown for ``hold_after``
+        that it still follows this leader (a long poll returns every ``WAIT_MS``, so a healthy
+        follower is never that quiet). That is the state of a leader that was paused or cut off
+        and has not yet applied its deposition: its followers fetch from the new leader, which
+        delivers and sees the acks; redelivering here, from state without those acks, hands
+        consumers messages they have acknowledged (chaos finding 5). Without followers in the
+        ISR there is no one to hear from, and nothing is held.
+
+        The evidence is a fetch that answers a reply sent less than ``hold_after`` ago, not
+        the arrival of any fetch: a fetch a follower sent before this leader was paused waits
+        in the upstream server and arrives when it resumes, although that follower may have
+        moved to the new leader meanwhile (a chaos run saw such a stale fetch resume a deposed
+        leader's deliveries, and it redelivered an acknowledged message)."""
         others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
         if not others:
             return False
         now = self._clock()
-        return all(now - f.last_fetch > self.hold_after for f in others)
+        return all(now - f.heard > self.hold_after for f in others)
 
     def _check_quorum(self) -> None:
         """Tell once (``on_quorum_lost``) when the stream stalls: fewer in-sync replicas than
@@ -393,6 +406,9 @@ class StreamLeader:
             return
         now = self._clock()
         f.last_fetch = now
+        # This fetch was sent after the follower got our last reply (its loop asks again only
+        # then), or after its request timed out: either way it heard from us no earlier.
+        f.heard = f.replied
         pos: R.Pos = tuple(req.pos)  # type: ignore[assignment]
         if f.ever_fetched and pos < f.pos and req.replica in self.isr:
             # The follower lost data it had acknowledged (a wiped or repaired replica): it no
@@ -412,7 +428,8 @@ class StreamLeader:
         # Records of a snapshot still in transfer are not durable on the follower yet.
         f.cepoch, f.cidx = (req.cepoch, req.cidx) if not req.csnap else (0, -1)
         f.ever_fetched = True
-        if self._held:
+        held = self.deliveries_held()
+        if held or self._held:
             self._update_hold()
         leo = self.store.log_end()
         if f.pos >= f.leo_sent or f.pos >= leo:
@@ -426,7 +443,9 @@ class StreamLeader:
             # parked when it was stored): seal it, or this fetch would sit until the next tick
             # and so would the PubAck waiting for it (200 ms stalls of a lone publish).
             leo = self.store.seal()
-        if self._has_data(req, leo) or req.wait_ms <= 0:
+        if self._has_data(req, leo) or req.wait_ms <= 0 or held:
+            # Held: answer at once, so that a follower that does follow this leader proves it
+            # with its next fetch within a round trip instead of a long poll.
             reply(self._answer(req, f))
             return
         if req.eager_hw and req.hw < self.hw:
@@ -477,6 +496,7 @@ class StreamLeader:
         return None if cset is None else cset.clog
 
     def _answer(self, req: R.FetchRequest, f: FollowerView) -> bytes:
+        f.replied = self._clock()
         budget = max(4096, min(req.max_bytes, self._max_payload() - 8192))
         leo = self.store.log_end()
         f.leo_sent = leo

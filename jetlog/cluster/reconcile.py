@@ -210,6 +210,9 @@ class Reconciler:
         await self._stop_role(name)
         leader = self.make_leader(stream, a)
         await stream.promote(a.epoch, leader)
+        # Capture once the stream writes as this leader (a publish taken earlier would be
+        # dropped as a follower's), and before the leadership is announced to readers.
+        await self.streams.capture_on(stream)
         await self.streams.attach(stream)
         cset = stream.consumers
         if cset is not None and cset.clog is not None:
@@ -242,6 +245,9 @@ class Reconciler:
         role = self.roles.pop(name, None)
         if role is None:
             return
+        if role.kind == "leader":
+            # Stop capturing first: what arrives from here on would only be dropped.
+            self.streams.capture_off(name)
         await role.obj.stop()
         if role.kind == "leader":
             stream = self.streams.get(name)

@@ -206,7 +206,8 @@ class StreamManager:
 
     async def open_replica(self, config: Any, created: int, *, role: str = FOLLOWER) -> tuple[Stream, bool]:
         """Open this node's replica of a stream (creating it empty if absent) without
-        attaching consumers; returns (stream, whether data was already on disk)."""
+        attaching consumers or capturing its subjects (:meth:`capture_on` does, for the
+        leader); returns (stream, whether data was already on disk)."""
         async with self._lock:
             existing = self.streams.get(config.name)
             if existing is not None:
@@ -220,8 +221,6 @@ class StreamManager:
             await stream.start(role, None)
             self.streams[config.name] = stream
             self.offline.pop(config.name, None)
-            self._subscribe(stream)
-            await self.capture.flush()
             return stream, had
 
     async def update_replica(self, stream: Stream, config: Any) -> None:
@@ -230,10 +229,26 @@ class StreamManager:
             await self._write_meta(config, stream.created)
             old_subjects = list(stream.config.subjects or ())
             stream.update_config(config)
-            if list(config.subjects or ()) != old_subjects:
+            if list(config.subjects or ()) != old_subjects and stream.name in self._subs:
                 self._unsubscribe(stream.name)
                 self._subscribe(stream)
                 await self.capture.flush()
+
+    async def capture_on(self, stream: Stream) -> None:
+        """The stream leader captures its subjects; returns once the upstream has the interest.
+
+        Only the leader subscribes, as in nats-server (a stream subscribes to its subjects
+        where it leads): every follower subscribed too would have the upstream deliver each
+        publish three times, and two replicas parse and drop it (~30 % of a follower's CPU under
+        an async-publish flood). While no node leads, a publish request gets "no responders",
+        which JetStream clients retry, as during nats-server's own elections."""
+        if stream.name not in self._subs:
+            self._subscribe(stream)
+            await self.capture.flush()
+
+    def capture_off(self, name: str) -> None:
+        """A replica stops capturing (it no longer leads)."""
+        self._unsubscribe(name)
 
     async def attach(self, stream: Stream) -> None:
         """Give a (new) writer its consumers, recovered from its consumer log."""

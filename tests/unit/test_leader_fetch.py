@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jetlog.api.models import StreamConfigRequest
@@ -73,7 +74,9 @@ async def _until(cond, timeout: float = 2.0) -> float:  # type: ignore[no-untype
     return time.monotonic() - t0
 
 
-async def _setup(tmp_path: Path) -> tuple[Stream, StreamLeader, Follower, Follower]:
+async def _setup(
+    tmp_path: Path, clock: Callable[[], float] = time.monotonic
+) -> tuple[Stream, StreamLeader, Follower, Follower]:
     store = await FileStore.open(str(tmp_path), auto_compact=False)
     cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
     stream = Stream(cfg, store, 0, Out())
@@ -94,6 +97,7 @@ async def _setup(tmp_path: Path) -> tuple[Stream, StreamLeader, Follower, Follow
         propose_isr=propose,
         max_payload=lambda: 1 << 20,
         fenced=lambda: False,
+        clock=clock,
     )
     await stream.promote(1, leader)
     leader.start()
@@ -291,3 +295,25 @@ def test_hw_requests_round_trip_and_a_stale_epoch_is_refused() -> None:
     f = R.FetchRequest(stream="S", replica="n2", epoch=3, pos=(1, 0), eager_hw=True)
     got, _ = R.decode_request(R.encode(f))
     assert isinstance(got, R.FetchRequest) and got.eager_hw is True
+
+
+async def test_a_fetch_sent_before_a_pause_does_not_resume_deliveries(tmp_path: Path) -> None:
+    now = [1000.0]
+    stream, leader, a, b = await _setup(tmp_path, clock=lambda: now[0])
+    try:
+        await _shipped_once(stream, a, b)  # both followers answered at t=1000
+        assert not leader.deliveries_held()
+        # The leader is frozen for 2 s (SIGSTOP): its followers move to a new leader. A fetch
+        # one of them sent before that waited in the upstream server and arrives now.
+        now[0] += 2.0
+        assert leader.deliveries_held()
+        stream.process("s.x", "", b"", b"m2")
+        a.fetch()  # stale: it answers the reply of t=1000
+        assert a.replies[-1][1], "the stale fetch is answered (with m2)"
+        assert leader.deliveries_held(), "a fetch sent before the pause resumed deliveries"
+        # A follower that does still follow this leader answers that reply: evidence now.
+        now[0] += 0.01
+        a.fetch()
+        assert not leader.deliveries_held()
+    finally:
+        await _close(stream, leader)
