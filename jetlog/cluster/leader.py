@@ -7,9 +7,10 @@ recomputed on every fetch and every local group commit, and the stream's committ
 (:meth:`Stream.advance`) follows it — PubAcks, consumer deliveries and committed reads are all
 released by that one mark.
 
-A follower that is caught up is parked (long poll) until the leader's log moves, its ``wait_ms``
-runs out, or (at most ``HW_LINGER`` later) the HW moved. Replies never exceed the upstream ``max_payload`` (the caller passes the
-budget; a batch bigger than that travels in chunks).
+A follower that is caught up is parked (long poll) until the leader's log moves, its
+``wait_ms`` runs out, or (at most ``HW_LINGER`` later) the HW moved. Replies never exceed the
+upstream ``max_payload`` (the caller passes the budget; a batch bigger than that travels in
+chunks).
 
 ISR changes are proposed through the metadata Raft group as compare-and-set commands on
 (epoch, ISR version) and take effect only when applied (:meth:`update_assignment`); a leader
@@ -443,16 +444,14 @@ class StreamLeader:
             # parked when it was stored): seal it, or this fetch would sit until the next tick
             # and so would the PubAck waiting for it (200 ms stalls of a lone publish).
             leo = self.store.seal()
-        if self._has_data(req, leo) or req.wait_ms <= 0 or held:
+        lagging = req.hw < self.hw
+        if self._has_data(req, leo) or req.wait_ms <= 0 or held or (lagging and req.eager_hw):
             # Held: answer at once, so that a follower that does follow this leader proves it
             # with its next fetch within a round trip instead of a long poll.
             reply(self._answer(req, f))
             return
-        if req.eager_hw and req.hw < self.hw:
-            reply(self._answer(req, f))
-            return
         self._parked.append(_Parked(req, reply, now + req.wait_ms / 1000.0))
-        if req.hw < self.hw:
+        if lagging:
             self._arm_hw()
 
     def _has_data(self, req: R.FetchRequest, leo: R.Pos) -> bool:
@@ -476,16 +475,21 @@ class StreamLeader:
         if self._closed or not self._parked:
             return
         hw = self.hw
+        self._release(lambda p: p.req.hw < hw)
+
+    def _release(self, due: Callable[[_Parked], bool]) -> list[_Parked]:
+        """Answer the parked fetches ``due`` picks; returns those still parked."""
         keep = []
         for p in self._parked:
             f = self.followers.get(p.req.replica)
             if f is None:
                 continue
-            if p.req.hw < hw:
+            if due(p):
                 p.reply(self._answer(p.req, f))
             else:
                 keep.append(p)
         self._parked = keep
+        return keep
 
     def _consumer_idx(self) -> int:
         feed = self._consumer_feed()
@@ -575,20 +579,10 @@ class StreamLeader:
         leo = self.store.seal()
         now = self._clock()
         hw = self.hw
-        keep = []
-        behind = False
-        for p in self._parked:
-            f = self.followers.get(p.req.replica)
-            if f is None:
-                continue
-            lagging = p.req.hw < hw
-            if self._has_data(p.req, leo) or now >= p.deadline or (lagging and p.req.eager_hw):
-                p.reply(self._answer(p.req, f))
-            else:
-                keep.append(p)
-                behind = behind or lagging
-        self._parked = keep
-        if behind:
+        keep = self._release(
+            lambda p: self._has_data(p.req, leo) or now >= p.deadline or (p.req.hw < hw and p.req.eager_hw)
+        )
+        if any(p.req.hw < hw for p in keep):
             self._arm_hw()
 
     # ---- ISR maintenance ---------------------------------------------------------------------
