@@ -100,6 +100,8 @@ def _run_stops(blk: Block, i: int, j: int) -> bytes:
         return b""
     pos, aux = blk.pos, blk.aux
     gap = map(ne, map(add, pos[i : j - 1], aux[i : j - 1]), pos[i + 1 : j])
+    if max(aux[i:j]) < COMPRESSED:  # the common case: no compressed batch, gaps alone
+        return bytes(gap)
     comp = bytes(map(COMPRESSED.__le__, aux[i:j]))
     return bytes(map(or_, gap, map(or_, comp[:-1], comp[1:])))
 
@@ -113,7 +115,11 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
     count = 0
     next_seq = start
     for blk, i, j in store._ix.iter_live_runs(start, last):
+        # Run ends are computed for a window of the block that covers what the byte budget can
+        # still take (a fetch of ~1 MiB reads ~10k small records, a block holds up to 8,192
+        # entries: computing them for the whole live range cost a third of the node's time).
         stops: bytes | None = None
+        s_from = s_to = i
         k = i
         while k < j:
             seq = blk.seqs[k]
@@ -131,14 +137,23 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
                 next_seq = seq + 1
                 k += 1
                 continue
-            if stops is None:
-                stops = _run_stops(blk, i, j)
-            f = stops.find(1, k - i)
-            e = min(j if f < 0 else i + f + 1, k + (limit - count))
+            if stops is None or k >= s_to:
+                # Entries from s_to on start past the remaining budget: no run can reach them.
+                s_from = k
+                s_to = min(j, bisect_right(blk.pos, blk.pos[k] + max(budget - used, 0), k, j) + 1)
+                stops = _run_stops(blk, s_from, s_to)
+            f = stops.find(1, k - s_from)
+            e = min(s_to if f < 0 else s_from + f + 1, k + (limit - count))
             base = blk.pos[k]
             cut = _fit(blk, k, e, budget - used - rf.RUN_OVERHEAD)
             if cut == k:
                 return RawRead(runs, count, seq, too_big=0 if count else seq)
+            if cut < e and used >= budget // 2:
+                # The budget would cut this run (most often one stored batch) short. With the
+                # frame already half full, end it before the run instead: the next read starts
+                # at the run's first record, so both frames carry whole batches, which the
+                # reader checks with one CRC call each instead of one per record.
+                return RawRead(runs, count, seq)
             length = blk.pos[cut - 1] + blk.aux[cut - 1] - base
             data, flags, crc = _pread_run(store, blk, base, length)
             runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, data, flags, crc))

@@ -11,6 +11,10 @@ Measures rows/s through a local[2] SparkSession, in the same run and alternating
 
 each into the ``noop`` sink and into Parquet, as bounded reads of the whole stream (the path a
 micro-batch takes), median of the rounds. Prints a markdown table; ``--out`` appends it to a file.
+
+``--cluster`` reads a replicated stream instead: ``jetlog dev --nodes 3`` and an R3 stream; the
+read tasks' FETCH requests go to any replica (a queue group per stream), and the report says how
+many each node served, leader and followers.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import argparse
 import asyncio
 import datetime
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,12 +112,12 @@ def _spark() -> SparkSession:
     return spark
 
 
-async def _load(url: str, stream: str, rows: int, size: int, allow_direct: bool) -> None:
+async def _load(url: str, stream: str, rows: int, size: int, allow_direct: bool, replicas: int = 1) -> None:
     import nats
 
     nc = await nats.connect(url)
     js = nc.jetstream()
-    await js.add_stream(name=stream, subjects=["bench.>"], allow_direct=allow_direct)
+    await js.add_stream(name=stream, subjects=["bench.>"], allow_direct=allow_direct, num_replicas=replicas)
     payload = b"x" * size
     for i in range(rows):
         await nc.publish(f"bench.{i % 8}", payload)
@@ -126,6 +133,40 @@ async def _load(url: str, stream: str, rows: int, size: int, allow_direct: bool)
             raise RuntimeError(f"{stream}: only {(await js.stream_info(stream)).state.messages} stored")
         await asyncio.sleep(0.1)
     await nc.close()
+
+
+_NODE_HTTP = re.compile(r"node (\S+): http://(\S+) ")
+_FETCH_COUNT = re.compile(r'^jetlog_read_requests_total\{kind="fetch"\} ([0-9.e+]+)$', re.M)
+
+
+def _drain(stream: Any, nodes: dict[str, str]) -> None:
+    """Read ``jetlog dev``'s stderr for ever (a full pipe would stall the nodes), noting each
+    node's HTTP address from its start-up line."""
+    for line in stream:
+        m = _NODE_HTTP.search(line)
+        if m:
+            nodes[m.group(1)] = m.group(2)
+
+
+def _fetches_served(nodes: dict[str, str]) -> dict[str, int]:
+    """Bulk FETCH requests each node has answered (``jetlog_read_requests_total``)."""
+    out = {}
+    for name, addr in sorted(nodes.items()):
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+            m = _FETCH_COUNT.search(r.read().decode())
+        out[name] = int(float(m.group(1))) if m else 0
+    return out
+
+
+async def _leader(url: str, stream: str) -> str:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return info.cluster.leader if info.cluster and info.cluster.leader else "?"
+    finally:
+        await nc.close()
 
 
 def _run(spark: SparkSession, reader: Any, sink: str, tmp: str) -> float:
@@ -146,30 +187,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this")
+    ap.add_argument("--cluster", action="store_true", help="read an R3 stream of a 3-node jetlog dev cluster")
     args = ap.parse_args(argv)
+    replicas = 3 if args.cluster else 1
 
     from jetlog.embedded import NatsServer
 
     tmp = tempfile.mkdtemp(prefix="jetlog-spark-bench-")
-    dev = subprocess.Popen(
-        [sys.executable, "-m", "jetlog", "dev", "--port", "0", "--data-dir", os.path.join(tmp, "dev")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    cmd = [sys.executable, "-m", "jetlog", "dev", "--port", "0", "--data-dir", os.path.join(tmp, "dev")]
+    if args.cluster:
+        cmd += ["--nodes", "3"]
+    dev = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    nodes: dict[str, str] = {}
+    assert dev.stderr is not None
+    threading.Thread(target=_drain, args=(dev.stderr, nodes), daemon=True).start()
     nats_js = NatsServer(jetstream=True, leafnode=False, store_dir=os.path.join(tmp, "js"))
     loop = asyncio.new_event_loop()
     results: dict[str, list[float]] = {}
+    served: dict[str, int] = {}
+    leader = ""
     try:
         assert dev.stdout is not None
         line = dev.stdout.readline().strip()
         if not line.startswith("ready "):
             raise RuntimeError(f"jetlog dev did not start: {line!r}")
         jl_url = line.split(" ", 1)[1]
-        loop.run_until_complete(nats_js.start())
-        print(f"loading {args.rows} x {args.size} B into jetlog and nats-server -js", file=sys.stderr)
-        loop.run_until_complete(_load(jl_url, "BENCH", args.rows, args.size, True))
-        loop.run_until_complete(_load(nats_js.url, "BENCH", args.rows, args.size, True))
+        print(f"loading {args.rows} x {args.size} B (R{replicas})", file=sys.stderr)
+        loop.run_until_complete(_load(jl_url, "BENCH", args.rows, args.size, True, replicas))
+        if not args.cluster:
+            loop.run_until_complete(nats_js.start())
+            loop.run_until_complete(_load(nats_js.url, "BENCH", args.rows, args.size, True))
         spark = _spark()
 
         def src(url: str, fetch: str, fmt: str = "jlr1") -> Any:
@@ -198,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             "jetlog direct → noop": (lambda: src(jl_url, "direct"), "noop"),
             "nats-server direct → noop": (lambda: src(nats_js.url, "direct"), "noop"),
         }
+        if args.cluster:
+            cases = {
+                k.replace("jetlog bulk", "jetlog R3 bulk"): v
+                for k, v in cases.items()
+                if k.startswith("generator") or k in ("jetlog bulk → noop", "jetlog bulk → parquet")
+            }
         if args.only:
             cases = {k: v for k, v in cases.items() if args.only in k or k.startswith("generator")}
         for make, sink in cases.values():  # warm-up: workers, planner, first-query costs
@@ -216,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault(name, []).append(args.rows / dt)
                 print(f"round {r + 1} {name:28} {args.rows / dt:>12,.0f} rows/s", file=sys.stderr, flush=True)
         spark.stop()
+        if args.cluster:
+            served = _fetches_served(nodes)
+            leader = loop.run_until_complete(_leader(jl_url, "BENCH"))
     finally:
         dev.terminate()
         try:
@@ -228,11 +284,14 @@ def main(argv: list[str] | None = None) -> int:
 
     med = {k: statistics.median(v) for k, v in results.items()}
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    where = (
+        "an R3 stream of a 3-node `jetlog dev --nodes 3` cluster" if args.cluster else "one `jetlog dev` node"
+    )
     lines = [
-        "## Spark source (`make bench-spark`)",
+        "## Spark source (`make bench-spark`)" + (" on an R3 stream" if args.cluster else ""),
         "",
-        f"Run: {now}; {args.rows:,} rows x {args.size} B, local[2], 2 read tasks, {args.rounds} rounds "
-        "(alternating order), medians; wall time of a bounded read of the whole stream.",
+        f"Run: {now}; {args.rows:,} rows x {args.size} B read from {where}; local[2], 2 read tasks, "
+        f"{args.rounds} rounds (alternating order), medians; wall time of a bounded read of the whole stream.",
         "",
         "| case | rows/s | / generator (same sink) |",
         "|---|---|---|",
@@ -241,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         sink = name.split("→ ")[1]
         base = med.get(f"generator → {sink}", 0.0)
         lines.append(f"| {name} | {v:,.0f} | {v / base:.2f} |" if base else f"| {name} | {v:,.0f} | – |")
+    if served:
+        total = sum(served.values()) or 1
+        lines += [
+            "",
+            "Bulk FETCH requests answered, per node (warm-up included): "
+            + ", ".join(f"{n}{' (leader)' if n == leader else ''} {c:,}" for n, c in served.items())
+            + f"; followers answered {sum(c for n, c in served.items() if n != leader) / total:.0%}.",
+        ]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:

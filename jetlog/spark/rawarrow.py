@@ -1,15 +1,17 @@
-"""JLR1 frame (runs of stored records) → ``pyarrow.RecordBatch``, vectorized with numpy.
+"""JLR1 frame (runs of stored records) → ``pyarrow.RecordBatch``, vectorized (numpy, Arrow).
 
 The node ships records exactly as stored (:mod:`jetlog.wire.rawframe`); this is where they are
 checked and columnized, in the executor, in parallel with the other tasks:
 
 1. :func:`rawframe.layout` validates the frame's structure;
 2. the records' frame offsets come from the shipped positions (one numpy expression per frame);
-3. their fixed 32-byte heads are gathered into a structured array (seq, ts, lengths, flags);
+3. their fixed 32-byte heads are copied out (Arrow ``take``) into a structured array (seq, ts,
+   lengths, flags);
 4. every record is bounds-checked against its run; a run that is a whole stored batch is
    checked against the batch's stored CRC32C in one call, any other record against its own
    (the one per-record Python step);
-5. the subject and data bytes are gathered into contiguous Arrow value buffers with offsets.
+5. the subject and data bytes are copied into contiguous Arrow value buffers, again by ``take``
+   (:func:`_take_ranges`): one memcpy per field instead of an index per byte.
 
 Headers, when asked for, are parsed per record that has any (header blocks are rare and small).
 """
@@ -37,7 +39,6 @@ _HEAD = np.dtype(
     ]
 )
 assert _HEAD.itemsize == rc.REC_SIZE
-_HEAD_COLS = np.arange(rc.REC_SIZE, dtype=np.int64)
 TS_TYPE = pa.timestamp("us", tz="UTC")
 
 
@@ -45,19 +46,29 @@ class RawDecodeError(rf.RawFrameError):
     """A record of a JLR1 frame is damaged (bounds, CRC, UTF-8)."""
 
 
-def _gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:
-    """Arrow (offsets, values) buffers of the byte strings ``buf[starts[i]:starts[i]+lens[i]]``."""
-    n = len(lens)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    total = int(offsets[-1])
-    if total:
-        idx = np.repeat(starts - offsets[:-1], lens)
-        idx += np.arange(total, dtype=np.int64)
-        values = buf[idx]
-    else:
-        values = np.zeros(0, dtype=np.uint8)
-    return pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)
+def _take_ranges(frame: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.BinaryArray:
+    """A binary array of the byte strings ``frame[starts[i]:ends[i]]``, copied into one
+    contiguous value buffer by Arrow's C++ ``take``.
+
+    The trick: the ranges, interleaved with the gaps between them, are the elements of one
+    binary array *over the frame itself* (offsets ``s0, e0, s1, e1, ...``); taking its even
+    elements copies just the ranges. ``take`` trusts offsets, so they are checked first: a
+    damaged frame must give :class:`RawDecodeError`, never a read outside the buffer. (Per
+    element this is a memcpy; the numpy gather it replaced built an index per byte, ~18x
+    slower for 64-byte payloads.)
+    """
+    k = len(starts)
+    if k == 0:
+        return pa.array([], pa.binary())
+    off = np.empty(2 * k, dtype=np.int64)
+    off[0::2] = starts
+    off[1::2] = ends
+    if off[0] < 0 or off[-1] > frame.size or bool((off[1:] < off[:-1]).any()):
+        raise RawDecodeError("record fields out of order or outside the frame")
+    arr = pa.Array.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(off.astype(np.int32)), frame])
+    out = arr.take(pa.array(np.arange(0, 2 * k - 1, 2, dtype=np.int64)))
+    assert isinstance(out, pa.BinaryArray)
+    return out
 
 
 def _header_column(frame: memoryview, h_start: np.ndarray, hlen: np.ndarray, htype: pa.DataType) -> pa.Array:
@@ -81,7 +92,6 @@ def raw_frame_to_batch(
     [, headers]). Raises :class:`RawDecodeError` / :class:`rf.RawFrameError` on damage."""
     lay = rf.layout(frame)
     n = lay.n
-    buf = np.frombuffer(frame, dtype=np.uint8)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=schema)
     counts = np.fromiter((r.nrec for r in lay.runs), dtype=np.int64, count=len(lay.runs))
@@ -96,7 +106,8 @@ def raw_frame_to_batch(
     ends_r = np.repeat(run_end, counts)
     if bool((offs < starts_r).any()) or bool((offs + rc.REC_SIZE > ends_r).any()):
         raise RawDecodeError("record position outside its run")
-    heads = buf[offs[:, None] + _HEAD_COLS].view(_HEAD).ravel()
+    fbuf = pa.py_buffer(frame)
+    heads = np.frombuffer(_take_ranges(fbuf, offs, offs + rc.REC_SIZE).buffers()[2], dtype=_HEAD, count=n)
     slen = heads["slen"].astype(np.int64)
     hlen = heads["hlen"].astype(np.int64)
     dlen = heads["dlen"].astype(np.int64)
@@ -127,14 +138,12 @@ def raw_frame_to_batch(
         for a, b, c in zip(offs[rest].tolist(), end[rest].tolist(), heads["crc"][rest].tolist(), strict=True):
             if crc32c(mv[a + 4 : b]) != c:
                 raise RawDecodeError(f"record crc mismatch at frame offset {a}")
-    s_off, s_val = _gather(buf, subj, slen)
-    subject = pa.Array.from_buffers(pa.string(), n, [None, s_off, s_val])
+    subject = pa.Array.from_buffers(pa.string(), n, _take_ranges(fbuf, subj, h_start).buffers())
     try:
         subject.validate(full=True)
     except pa.ArrowInvalid as exc:
         raise RawDecodeError(f"subject is not UTF-8: {exc}") from None
-    d_off, d_val = _gather(buf, d_start, dlen)
-    data = pa.Array.from_buffers(pa.binary(), n, [None, d_off, d_val])
+    data = _take_ranges(fbuf, d_start, end)
     ts = pa.array(heads["ts"] // 1000, type=pa.int64()).cast(TS_TYPE)
     cols: list[pa.Array] = [
         pa.repeat(pa.scalar(stream, pa.string()), n),

@@ -245,3 +245,34 @@ async def test_whole_batches_carry_their_stored_crc(tmp_path: Any) -> None:
             rf.decode(bytes(bad))
     finally:
         await st_.close()
+
+
+async def test_frames_end_at_batch_boundaries(tmp_path: Any) -> None:
+    """A budget that would cut a batch in two ends the frame before that batch once the frame
+    is half full, so consecutive reads carry whole batches (one CRC call each in the reader);
+    a batch larger than a whole frame is still cut (the reader then checks its records)."""
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        for batch in range(12):
+            for i in range(40):
+                st_.append("x", b"", b"%03d-%03d" % (batch, i) + b"." * 40, 1_000 + i)
+            await st_.flush()
+        frames = []
+        seq = 1
+        while seq <= 480:
+            # ~3.5 batches per frame
+            hdr, payload = F.fetch(
+                "S", st_, 480, F.FetchRequest(start=seq, max_bytes=12_000, format="jlr1"), MAX_PAYLOAD
+            )
+            frames.append(rf.layout(payload))
+            seq = int(dict(H.parse(hdr)[2])["Jl-Next-Seq"])
+        assert all(r.nrec == 40 and r.flags & rf.RUN_WHOLE_BATCH for lay in frames for r in lay.runs)
+        assert sum(lay.n for lay in frames) == 480 and len(frames) == 4
+        # One batch bigger than the budget: cut, records checked one by one.
+        _hdr, payload = F.fetch(
+            "S", st_, 480, F.FetchRequest(start=1, max_bytes=2_000, format="jlr1"), MAX_PAYLOAD
+        )
+        lay = rf.layout(payload)
+        assert len(lay.runs) == 1 and 0 < lay.n < 40 and not lay.runs[0].flags
+    finally:
+        await st_.close()
