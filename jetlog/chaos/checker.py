@@ -16,7 +16,10 @@ Kinds (``KINDS``), each counted per affected message or sequence:
   answered (same worker: anything its connection delivered after the confirmation; another
   worker: received later than the confirmation by more than ``CROSS_WORKER_GRACE``). Confirms
   whose ack went out late (``latency`` ≥ ``ack_wait``/2) are not judged: the server may
-  legitimately have redelivered before it saw that ack.
+  legitimately have redelivered before it saw that ack. The detail shows both deliveries'
+  ack-subject tokens and labels a first delivery whose consumer sequence is below one the
+  worker had already received ("older consumer state", see ``_older_state``); it is still
+  counted, as the history cannot tell when such a stale state made it.
 * ``undelivered`` — a committed message no consumer worker ever received.
 * ``phantom`` — a delivery that is not the committed message at its stream sequence
   (deliveries must never go above the high-water mark).
@@ -27,10 +30,11 @@ Kinds (``KINDS``), each counted per affected message or sequence:
 from __future__ import annotations
 
 import itertools
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jetlog.chaos.history import Confirm, History, Stored, header_msg_id, parse_msg_id, payload
+from jetlog.chaos.history import Confirm, Delivery, History, Stored, header_msg_id, parse_msg_id, payload
 
 KINDS = ("lost", "duplicated", "reordered", "divergent", "redelivered", "undelivered", "phantom", "stuck")
 CROSS_WORKER_GRACE = 0.2  # seconds; deliveries to another connection are ordered by wall clock only
@@ -212,20 +216,86 @@ def _redelivered(h: History) -> list[Anomaly]:
     for conf in h.confirms:
         if conf.latency < h.ack_wait / 2 and (conf.mid, conf.sseq) not in judged:
             judged[conf.mid, conf.sseq] = conf
+    by_worker: dict[int, list[Delivery]] = defaultdict(list)
+    for d in h.deliveries:
+        by_worker[d.worker].append(d)
+    for ds in by_worker.values():
+        ds.sort(key=lambda d: d.order)
     for d in h.deliveries:
         c = judged.get((d.mid, d.sseq))
         if c is None:
             continue
         after = d.order > c.order if d.worker == c.worker else d.t > c.t + CROSS_WORKER_GRACE
-        if after:
-            out.append(
-                Anomaly(
-                    "redelivered",
-                    f"{d.mid} (seq {d.sseq}) delivered to worker {d.worker} (delivery {d.dcount}) "
-                    f"{d.t - c.t:.3f}s after worker {c.worker}'s AckSync was confirmed",
-                )
+        if not after:
+            continue
+        acked = _acked_delivery(by_worker[c.worker], c)
+        text = (
+            f"{d.mid} (seq {d.sseq}) delivered to worker {d.worker} ({_tokens(d)}) "
+            f"{d.t - c.t:.3f}s after worker {c.worker}'s AckSync was confirmed{_wall(h, d.t)}"
+        )
+        if acked is not None:
+            text += f"; the acknowledged delivery: {_tokens(acked)}"
+        older = _older_state(by_worker[d.worker], d)
+        if older is not None:
+            text += (
+                f" [older consumer state: cseq {d.cseq} below cseq {older.cseq} (seq {older.sseq}) "
+                f"that worker {d.worker} received {d.t - older.t:.3f}s before it, so a stale "
+                "state sent it as a first delivery: a deposed leader's frame made before the "
+                "ack and received late, or a delivery made after it by a deposed leader or by "
+                "a leader whose state lacks the ack; the history cannot tell which]"
             )
+        out.append(Anomaly("redelivered", text))
     return out
+
+
+def _tokens(d: Delivery) -> str:
+    """A delivery's ack-subject tokens, as far as recorded. For a first delivery, ``sseq +
+    pending`` is the sender's last stream sequence when it made it (a redelivery's pending
+    counts from the sender's delivered sequence instead, which the subject does not carry)."""
+    if not d.cseq:
+        return f"delivery {d.dcount}"
+    end = f" (sender's stream end {d.sseq + d.pending})" if d.dcount == 1 else ""
+    return f"delivery {d.dcount}, cseq {d.cseq}, pending {d.pending}{end}, ts {d.ts}"
+
+
+def _wall(h: History, t: float) -> str:
+    if not h.wall_offset:
+        return ""
+    wall = h.wall_offset + t
+    return f", received at {time.strftime('%H:%M:%S', time.localtime(wall))}.{int(wall % 1 * 1000):03d}"
+
+
+def _acked_delivery(ds: list[Delivery], c: Confirm) -> Delivery | None:
+    """The delivery ``c`` confirmed the ack of: the last one of its message the same worker
+    received before the confirmation (``ds``: that worker's deliveries in arrival order)."""
+    best = None
+    for d in ds:
+        if d.order > c.order:
+            break
+        if d.mid == c.mid and d.sseq == c.sseq:
+            best = d
+    return best
+
+
+def _older_state(ds: list[Delivery], late: Delivery) -> Delivery | None:
+    """Evidence that ``late``, a *first* delivery (count 1), came from a consumer state other
+    than the one that sent an earlier delivery to the same connection: that earlier delivery
+    carries a higher consumer sequence. One consumer state numbers its deliveries in increasing
+    order and one leader's frames reach a connection in the order sent, so ``late`` was made by
+    another, older state (it had counted fewer deliveries, and had never delivered this
+    message). That says *which* state sent it, not *when*: a deposed leader's stale state sends
+    the same frame before its deposition as after resuming from a freeze, so this is a label,
+    never an excuse. ``ds``: the worker's deliveries in arrival order. None without such
+    evidence (or without recorded consumer sequences)."""
+    if late.dcount != 1 or not late.cseq:
+        return None
+    best = None
+    for d in ds:
+        if d.order >= late.order:
+            break
+        if d.cseq > late.cseq and (best is None or d.cseq > best.cseq):
+            best = d
+    return best
 
 
 def _undelivered(h: History, committed: dict[int, str]) -> list[Anomaly]:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import shutil
 import signal
 from dataclasses import dataclass, field
 
@@ -142,6 +144,7 @@ class Injector:
     ledger_dir: str
     rng: random.Random
     errors: list[str] = field(default_factory=list)
+    _frozen: int = 0  # consumer-log copies taken of stopped nodes (see heal)
 
     def pick(self, target: str, leader: str | None, taken: set[str]) -> str:
         """The node a fault targets (never one already faulted in this step)."""
@@ -182,6 +185,7 @@ class Injector:
                 dropped = sum(d.size - d.durable for d in cut)
             await self.cluster.start_node(node, timeout=60)
         elif f.kind == "stop":
+            self._keep_frozen_consumer_logs(node)
             self.cluster.signal(node, signal.SIGCONT)
         elif f.kind == "nats":
             for p in self.proxies[node]:
@@ -192,6 +196,23 @@ class Injector:
             for n in self.cluster.members:
                 await self._raft_drop(n, [], must=True)
         return dropped
+
+    def _keep_frozen_consumer_logs(self, node: str) -> None:
+        """Evidence, before a stopped node resumes: a copy of each of its consumer-state logs
+        (``frozen/<node>-<k>-<stream>.consumers.log`` beside the ledger directory). A record in
+        it was written before the freeze, so a delivery it records was made before the freeze
+        (records still in the process's buffers are missing: absence proves nothing)."""
+        streams = os.path.join(self.cluster.members[node].data_dir, "streams")
+        out = os.path.join(os.path.dirname(self.ledger_dir), "frozen")
+        self._frozen += 1
+        try:
+            for stream in sorted(os.listdir(streams)):
+                src = os.path.join(streams, stream, "consumers", "consumers.log")
+                if os.path.isfile(src):
+                    os.makedirs(out, exist_ok=True)
+                    shutil.copyfile(src, os.path.join(out, f"{node}-{self._frozen}-{stream}.consumers.log"))
+        except OSError as e:  # evidence only: never fail a heal for it
+            log.warning("could not copy the consumer logs of frozen %s: %s", node, e)
 
     async def _raft_drop(self, node: str, drop: list[str], must: bool = False) -> None:
         """Set ``node``'s Raft drop list (fault control). A node that is down or cut off cannot

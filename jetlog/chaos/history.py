@@ -67,7 +67,14 @@ class Ack:
 @dataclass
 class Delivery:
     """A message a consumer worker received. ``order`` numbers everything the worker received
-    (deliveries and ack confirmations) in the order its connection delivered it."""
+    (deliveries and ack confirmations) in the order its connection delivered it.
+
+    The ack subject's tokens (``$JS.ACK.<stream>.<consumer>.<dcount>.<sseq>.<cseq>.<ts>.<pending>``)
+    come from the consumer state of the leader that made the delivery: ``cseq`` is that state's
+    count of deliveries (one state hands out strictly increasing ones), ``pending`` the messages
+    its stream held after this one then (``sseq + pending``: its stream's last sequence when it
+    made the delivery), ``ts`` the stored message's timestamp (the same in every copy). 0: not
+    recorded (older histories)."""
 
     worker: int
     order: int
@@ -75,6 +82,9 @@ class Delivery:
     mid: str
     sseq: int  # stream sequence from the ack subject
     dcount: int  # delivery count from the ack subject
+    cseq: int = 0  # consumer sequence from the ack subject
+    pending: int = 0  # pending count from the ack subject
+    ts: int = 0  # message timestamp (ns) from the ack subject
 
 
 @dataclass
@@ -107,3 +117,6 @@ class History:
     consumer_drained: bool = True  # it received every committed message before the deadline
     probe_s: float | None = 0.0  # seconds until a publish after healing was acked (None: never)
     stuck: list[str] = field(default_factory=list)  # recovery failures the runner saw
+    # time.time() - time.monotonic() when the run began: adds the wall-clock time of the node
+    # logs (and of consumer-log records) to the monotonic times above (0: unknown).
+    wall_offset: float = 0.0

@@ -98,8 +98,10 @@ class _Logs:
         f.write(line + "\n")
 
     def note(self, text: str) -> None:
+        now = time.time()
+        stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d}"
         for f in self.files.values():
-            f.write(f"=== chaos {time.strftime('%H:%M:%S')} {text}\n")
+            f.write(f"=== chaos {stamp} {text}\n")
 
     def close(self) -> None:
         for f in self.files.values():
@@ -166,7 +168,7 @@ async def run_schedule(sched: Schedule, opts: Options, root: str) -> ScheduleRes
             await _run_workload(sched, opts, srv.url, cluster, inj, control, res, logs)
             if res.history is not None:
                 res.anomalies = check(res.history)
-                if res.anomalies:
+                if res.anomalies or opts.keep:
                     _save_history(res.history, os.path.join(root, "history.json"))
         except (RuntimeError, OSError, nats.errors.Error, TimeoutError) as e:
             res.error = f"{type(e).__name__}: {e}"
@@ -198,7 +200,7 @@ async def _run_workload(
     await js.add_consumer(
         STREAM, ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT)
     )
-    hist = History(stream=STREAM, ack_wait=ACK_WAIT)
+    hist = History(stream=STREAM, ack_wait=ACK_WAIT, wall_offset=time.time() - time.monotonic())
     pubs, ptasks, pconns = await run_publishers(url, opts.publishers, SUBJECT, timeout=0.5, separate=True)
     workers = [
         ConsumerWorker(
@@ -413,6 +415,12 @@ def report(results: list[ScheduleResult], seconds: float, opts: Options, out: IO
 
 def _flags(opts: Options) -> str:
     out = "" if opts.kinds == KINDS else f" --faults {','.join(opts.kinds)}"
+    if opts.ack != Options.ack:
+        out += f" --ack {opts.ack}"
+    if opts.publishers != Options.publishers:
+        out += f" --publishers {opts.publishers}"
+    if opts.workers != Options.workers:
+        out += f" --consumers {opts.workers}"
     return out + ("" if opts.combos else " --no-combos")
 
 

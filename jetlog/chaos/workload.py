@@ -116,14 +116,22 @@ class _NextRequest(msgspec.Struct, omit_defaults=True):
     expires: int  # nanoseconds
 
 
-def ack_subject_seqs(reply: str) -> tuple[int, int] | None:
-    """``(delivery count, stream seq)`` from a ``$JS.ACK`` subject (v1 or v2 form)."""
+def ack_subject_tokens(reply: str) -> tuple[int, int, int, int, int] | None:
+    """``(delivery count, stream seq, consumer seq, timestamp, pending)`` from a ``$JS.ACK``
+    subject: v1 ``$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>`` or v2 (domain
+    and account hash after ``ACK``, optionally a random token at the end)."""
     t = reply.split(".")
     if len(t) == 9:
-        return int(t[4]), int(t[5])
-    if len(t) >= 11:
-        return int(t[6]), int(t[7])
-    return None
+        nums = t[4:9]
+    elif len(t) >= 11:
+        nums = t[6:11]
+    else:
+        return None
+    try:
+        dc, sseq, cseq, ts, pending = (int(x) for x in nums)
+    except ValueError:
+        return None
+    return dc, sseq, cseq, ts, pending
 
 
 class ConsumerWorker:
@@ -193,13 +201,13 @@ class ConsumerWorker:
     async def _delivered(
         self, nc: nats.NATS, msg: Any, order: int, now: float, prefix: str, ack_ids: itertools.count[int]
     ) -> None:
-        seqs = ack_subject_seqs(msg.reply)
+        tokens = ack_subject_tokens(msg.reply)
         mid = next((v for k, v in (msg.headers or {}).items() if k.lower() == "nats-msg-id"), None)
-        if seqs is None or not mid:
+        if tokens is None or not mid:
             log.warning("worker %d: unexpected delivery %s %s", self.worker, msg.subject, msg.reply)
             return
-        dcount, sseq = seqs
-        self.deliveries.append(Delivery(self.worker, order, now, mid, sseq, dcount))
+        dcount, sseq, cseq, ts, pending = tokens
+        self.deliveries.append(Delivery(self.worker, order, now, mid, sseq, dcount, cseq, pending, ts))
         self.mids.add(mid)
         try:
             if self.double_ack:

@@ -189,6 +189,83 @@ def test_redelivered_cross_worker_uses_grace() -> None:
     assert kinds_of(check(h)) == {"redelivered": 1}
 
 
+def with_tokens(h: History) -> History:
+    """The clean history with ack-subject tokens, as one leader hands them out: consumer
+    sequence = stream sequence (nothing redelivered), its stream ending at the HW."""
+    for d in h.deliveries:
+        d.cseq, d.pending, d.ts = d.sseq, h.hw - d.sseq, 1_000 + d.sseq
+    return h
+
+
+def test_redelivered_detail_shows_the_ack_subject_tokens() -> None:
+    h = with_tokens(clean())
+    c = h.confirms[2]
+    h.wall_offset = 1_000_000.0
+    h.deliveries.append(Delivery(0, c.order + 1, c.t + 0.5, c.mid, c.sseq, 2, h.hw + 1, 0, 1_000 + c.sseq))
+    (found,) = check(h)
+    assert found.kind == "redelivered"
+    assert f"delivery 2, cseq {h.hw + 1}, pending 0, ts {1_000 + c.sseq}" in found.detail
+    assert (
+        f"the acknowledged delivery: delivery 1, cseq {c.sseq}, pending {h.hw - c.sseq} (sender's stream end {h.hw})"
+        in found.detail
+    )
+    assert "received at " in found.detail
+    assert "older consumer state" not in found.detail
+
+
+def test_late_first_delivery_from_an_older_consumer_state_is_labelled_and_still_reported() -> None:
+    """The open anomaly's shape: the new leader delivered seq s first (count 1) and the worker
+    acked it; later, after deliveries with higher consumer sequences, a copy of s arrives with
+    count 1 and a lower consumer sequence, from a deposed leader's state. Labelled, still
+    counted: the history cannot tell whether that state made it before or after the ack."""
+    h = with_tokens(clean())
+    c = h.confirms[2]
+    last = max(h.deliveries, key=lambda d: d.order)
+    # The deposed leader's state had delivered up to c.sseq - 1; its stream ended at c.sseq + 1.
+    h.deliveries.append(
+        Delivery(0, last.order + 10, last.t + 1.0, c.mid, c.sseq, 1, c.sseq, 1, 1_000 + c.sseq)
+    )
+    (found,) = check(h)
+    assert found.kind == "redelivered"
+    assert f"older consumer state: cseq {c.sseq} below cseq {last.cseq} (seq {last.sseq})" in found.detail
+    assert f"sender's stream end {c.sseq + 1}" in found.detail
+
+
+@pytest.mark.parametrize(
+    "dcount, cseq, why",
+    [
+        (2, 3, "a redelivery (count 2): the sender's state knew of the acknowledged delivery"),
+        (1, 999, "a first delivery numbered after everything received: the current state"),
+        (1, 0, "no consumer sequence recorded (older history)"),
+    ],
+)
+def test_redelivered_without_evidence_of_an_older_state_is_not_labelled(
+    dcount: int, cseq: int, why: str
+) -> None:
+    h = with_tokens(clean())
+    c = h.confirms[2]
+    last = max(h.deliveries, key=lambda d: d.order)
+    h.deliveries.append(Delivery(0, last.order + 10, last.t + 1.0, c.mid, c.sseq, dcount, cseq, 1))
+    (found,) = check(h)
+    assert found.kind == "redelivered", why
+    assert "older consumer state" not in found.detail, why
+
+
+def test_older_state_needs_a_higher_cseq_received_before_on_the_same_connection() -> None:
+    h = with_tokens(clean())
+    c = h.confirms[2]
+    last = max(h.deliveries, key=lambda d: d.order)
+    # Another worker received higher consumer sequences: no evidence about this connection.
+    h.deliveries = [
+        d if d.order <= c.order else Delivery(1, d.order, d.t, d.mid, d.sseq, 1, d.cseq) for d in h.deliveries
+    ]
+    h.confirms = [x for x in h.confirms if x.order <= c.order]
+    h.deliveries.append(Delivery(0, last.order + 10, last.t + 1.0, c.mid, c.sseq, 1, c.sseq, 1))
+    (found,) = check(h)
+    assert found.kind == "redelivered"
+    assert "older consumer state" not in found.detail
+
+
 def test_undelivered() -> None:
     h = clean()
     gone = h.deliveries.pop(5)
@@ -246,3 +323,18 @@ def test_every_kind_at_once_and_summary() -> None:
     lines = summarize(found, limit=1)
     assert any(line.startswith("lost: ") for line in lines)
     assert check(base) == []
+
+
+def test_ack_subject_tokens() -> None:
+    from jetlog.chaos.workload import ack_subject_tokens
+
+    assert ack_subject_tokens("$JS.ACK.CHAOS.C.1.1414.1414.1795723992000000000.1") == (
+        1,
+        1414,
+        1414,
+        1795723992000000000,
+        1,
+    )
+    assert ack_subject_tokens("$JS.ACK.hub.ACCHASH.CHAOS.C.2.7.9.123.0.rand") == (2, 7, 9, 123, 0)
+    assert ack_subject_tokens("$JS.ACK.CHAOS.C.1.2") is None
+    assert ack_subject_tokens("$JS.ACK.CHAOS.C.x.1.2.3.4") is None
