@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,6 +58,8 @@ class StreamFollower:
         request: Requester,
         max_payload: Callable[[], int],
         consumer_dir: str | None,
+        prior_reply: float | None = None,
+        on_reply: Callable[[], None] = lambda: None,
     ) -> None:
         self.stream = stream
         self.store = stream.store
@@ -82,6 +85,10 @@ class StreamFollower:
         self._fetch_started = 0.0
         self._hw_task: asyncio.Task[None] | None = None
         self._reader_waited = -EAGER_HW_FOR
+        # When (``time.monotonic``) this node last got a fetch reply from the stream's previous
+        # leadership, until this leader answers: sent as ``left_ms`` (see ``R.FetchRequest``).
+        self._prior_reply = prior_reply
+        self._on_reply = on_reply
 
     # ---- Replication seam ----------------------------------------------------------------------
 
@@ -251,6 +258,9 @@ class StreamFollower:
             max_bytes=budget,
             wait_ms=WAIT_MS,
             eager_hw=now - self._reader_waited < EAGER_HW_FOR,
+            left_ms=R.LEFT_NONE
+            if self._prior_reply is None
+            else int((time.monotonic() - self._prior_reply) * 1000),
         )
         raw = await self._call(req, WAIT_MS / 1000 + 3.0)
         head, body = R.decode_fetch_reply(raw)
@@ -275,6 +285,8 @@ class StreamFollower:
             return
         if head.code != R.OK:
             raise JetlogError(f"fetch failed: {head.error}")
+        self._prior_reply = None  # this leader answered: it has been told when we left the last
+        self._on_reply()
         wrote = False
         if head.partial:
             if req.chunk == 0:

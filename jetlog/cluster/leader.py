@@ -116,6 +116,7 @@ class StreamLeader:
         clock: Callable[[], float] = time.monotonic,
         hold_after: float = 1.0,
         on_quorum_lost: Callable[[], None] = lambda: None,
+        prior_reply: float | None = None,
     ) -> None:
         self.stream = stream
         self.store = stream.store
@@ -137,6 +138,12 @@ class StreamLeader:
         self._quorum_lost = False
         self._held = False
         now = clock()
+        # LEASE: no deliveries before this time. The previous leader of the stream goes on
+        # delivering until ``hold_after`` has passed since the last reply one of its followers
+        # got from it (its ``deliveries_held``); that includes this node, if it followed it.
+        # Followers tell the rest with their first fetches (``left_ms``).
+        self.fence_until = 0.0 if prior_reply is None else prior_reply + hold_after
+        self._fence_held = now < self.fence_until
         # Followers get the benefit of the doubt for one lag period after a leadership start.
         self.followers: dict[str, FollowerView] = {
             r: FollowerView(last_fetch=now, replied=now, heard=now, last_caught_up=now)
@@ -250,11 +257,35 @@ class StreamLeader:
         in the upstream server and arrives when it resumes, although that follower may have
         moved to the new leader meanwhile (a chaos run saw such a stale fetch resume a deposed
         leader's deliveries, and it redelivered an acknowledged message)."""
+        now = self._clock()
+        if now < self.fence_until:
+            return True
+        return self._lost_followers(now)
+
+    def _lost_followers(self, now: float) -> bool:
         others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
         if not others:
             return False
-        now = self._clock()
         return all(now - f.heard > self.hold_after for f in others)
+
+    def _note_left(self, req: R.FetchRequest, f: FollowerView, now: float) -> None:
+        """LEASE: a follower that left another leadership ``left_ms`` ago may have kept that
+        leader delivering until ``hold_after`` after it; deliveries here wait as long. (The
+        previous leader's own clock measures its lease; only durations cross nodes, and the
+        transit of this fetch makes the estimate later, not earlier.)"""
+        left = req.left_ms
+        if left == R.LEFT_NONE or (left == R.LEFT_UNKNOWN and f.ever_fetched):
+            return
+        since = now - max(left, 0) / 1000.0
+        if since + self.hold_after > self.fence_until:
+            self.fence_until = since + self.hold_after
+            log.info(
+                "stream %s: %s followed another leadership %.0f ms ago: consumer deliveries wait %.2fs",
+                self.stream.name,
+                req.replica,
+                max(left, 0),
+                self.fence_until - now,
+            )
 
     def _check_quorum(self) -> None:
         """Tell once (``on_quorum_lost``) when the stream stalls: fewer in-sync replicas than
@@ -266,22 +297,29 @@ class StreamLeader:
         self._quorum_lost = lost
 
     def _update_hold(self) -> None:
-        held = self.deliveries_held()
-        if held == self._held:
+        now = self._clock()
+        fence = now < self.fence_until
+        held = self._lost_followers(now)
+        if held == self._held and fence == self._fence_held:
             return
-        self._held = held
-        self._check_quorum()
-        if held:
-            log.warning(
-                "stream %s: no fetch from an in-sync follower for %.1fs, holding consumer deliveries",
-                self.stream.name,
-                self.hold_after,
-            )
-            return
-        log.info("stream %s: followers fetching again, consumer deliveries resume", self.stream.name)
-        cset = self.stream.consumers
-        if cset is not None:
-            cset.kick_all()
+        was = self._held or self._fence_held
+        self._fence_held = fence
+        if held != self._held:
+            self._held = held
+            self._check_quorum()  # a lease being waited out is not a lost quorum
+            if held:
+                log.warning(
+                    "stream %s: no fetch from an in-sync follower for %.1fs, holding consumer deliveries",
+                    self.stream.name,
+                    self.hold_after,
+                )
+            else:
+                log.info("stream %s: followers fetching again", self.stream.name)
+        if was and not (held or fence):
+            log.info("stream %s: consumer deliveries resume", self.stream.name)
+            cset = self.stream.consumers
+            if cset is not None:
+                cset.kick_all()
 
     # ---- high-water mark ---------------------------------------------------------------------
 
@@ -369,13 +407,23 @@ class StreamLeader:
         return (1 << 62) if low is None else low
 
     async def consumers_replicated(self, idx: int, timeout: float = 5.0) -> None:
-        """Wait until every ISR follower holds consumer-log records up to ``idx`` durably."""
-        if self.consumer_replicated_idx() >= idx:
-            return
-        fut = asyncio.get_running_loop().create_future()
-        self._consumer_waiters.append((idx, fut))
-        self.wake()
-        await asyncio.wait_for(fut, timeout)
+        """Wait until every ISR follower holds consumer-log records up to ``idx`` durably, and
+        the previous leadership's lease has run out (``fence_until``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self.consumer_replicated_idx() < idx:
+            fut = loop.create_future()
+            self._consumer_waiters.append((idx, fut))
+            self.wake()
+            await asyncio.wait_for(fut, timeout)
+        # LEASE: what waits here is the reply to an AckSync (or a consumer change). Confirmed
+        # while the previous leader may still deliver from state without this ack, it could be
+        # followed by that leader's redelivery of the message (chaos finding 11): the client
+        # must not hear "acknowledged" before that leader has stopped.
+        while (left := self.fence_until - self._clock()) > 0:
+            if loop.time() + left > deadline:
+                raise TimeoutError
+            await asyncio.sleep(left)
 
     # ---- serving fetches ---------------------------------------------------------------------
 
@@ -428,9 +476,10 @@ class StreamLeader:
         f.hw_known = req.hw
         # Records of a snapshot still in transfer are not durable on the follower yet.
         f.cepoch, f.cidx = (req.cepoch, req.cidx) if not req.csnap else (0, -1)
+        self._note_left(req, f, now)
         f.ever_fetched = True
-        held = self.deliveries_held()
-        if held or self._held:
+        held = self._lost_followers(now)
+        if held or self._held or self._fence_held or now < self.fence_until:
             self._update_hold()
         leo = self.store.log_end()
         if f.pos >= f.leo_sent or f.pos >= leo:

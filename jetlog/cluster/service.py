@@ -85,6 +85,10 @@ class ClusterNode:
         self._replica_subs: dict[str, list[int]] = {}
         self._subs_lock = asyncio.Lock()
         self.ready = False
+        # Per stream: (leader, epoch, time.monotonic()) of the last fetch reply a follower here
+        # got. A leadership that follows another waits out the lease that reply gave the
+        # previous one (``StreamLeader.deliveries_held``).
+        self._last_reply: dict[str, tuple[str, int, float]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -350,6 +354,15 @@ class ClusterNode:
         want = self.cfg.cluster.min_insync or (replicas // 2 + 1)
         return min(want, replicas)
 
+    def _prior_reply(self, name: str, a: Any) -> float | None:
+        """When this node last got a fetch reply for ``name`` from a leadership other than
+        ``a``'s (None: not in this process)."""
+        last = self._last_reply.get(name)
+        return last[2] if last is not None and (last[0], last[1]) != (a.leader, a.epoch) else None
+
+    def _heard_leader(self, name: str, leader: str, epoch: int) -> None:
+        self._last_reply[name] = (leader, epoch, time.monotonic())
+
     def _make_leader(self, stream: Any, a: Any) -> StreamLeader:
         store = stream.store
         if hasattr(store, "max_batch_bytes"):
@@ -370,6 +383,7 @@ class ClusterNode:
             alive=self.liveness.alive,
             hold_after=self.cfg.cluster.node_timeout,
             on_quorum_lost=lambda: self._quorum_lost(stream.name),
+            prior_reply=self._prior_reply(stream.name, a),
         )
 
     def _make_follower(self, stream: Any, a: Any) -> StreamFollower:
@@ -382,6 +396,8 @@ class ClusterNode:
             request=self.request,
             max_payload=lambda: self.client.max_payload,
             consumer_dir=consumer_dir(stream, self.node.streams.root),
+            prior_reply=self._prior_reply(stream.name, a),
+            on_reply=lambda: self._heard_leader(stream.name, a.leader, a.epoch),
         )
 
     async def _propose_isr(self, name: str, epoch: int, version: int, isr: list[str]) -> bool:

@@ -43,6 +43,11 @@ class ReplError(JetlogError):
     """A replication message could not be decoded."""
 
 
+LEFT_UNKNOWN = -2
+"""``FetchRequest.left_ms`` of a follower that does not send it."""
+LEFT_NONE = -1
+
+
 class FetchRequest(msgspec.Struct, tag="fetch", forbid_unknown_fields=False):
     """Follower → leader: give me what follows ``pos``."""
 
@@ -66,6 +71,13 @@ class FetchRequest(msgspec.Struct, tag="fetch", forbid_unknown_fields=False):
     eager_hw: bool = False
     """Answer an HW move at once, not up to the leader's ``HW_LINGER`` later: readers on this
     follower waited for its committed mark lately (read-after-write through a follower)."""
+    left_ms: int = LEFT_UNKNOWN
+    """Milliseconds since this follower last got a fetch reply from another leadership of the
+    stream (another leader or epoch), until it gets one from this leader; -1: none on record
+    (it followed nobody else in this process). That reply may have let the previous leader go
+    on delivering for its ``hold_after``; the new leader waits that long before it delivers
+    (see ``StreamLeader.deliveries_held``). Absent (a follower from before this field): the
+    leader assumes "just now" for the first fetch."""
 
 
 class EpochEndRequest(msgspec.Struct, tag="epoch_end", forbid_unknown_fields=False):

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from jetlog.api.models import StreamConfigRequest
 from jetlog.cluster import leader as leader_mod
 from jetlog.cluster.follower import StreamFollower
@@ -35,7 +37,7 @@ class Follower:
         self.pos: R.Pos = leader.store.log_end()
         self.hw = 0
 
-    def fetch(self, wait_ms: int = 5000, eager_hw: bool = False) -> None:
+    def fetch(self, wait_ms: int = 5000, eager_hw: bool = False, left_ms: int = R.LEFT_NONE) -> None:
         req = R.FetchRequest(
             stream="S",
             replica=self.name,
@@ -45,6 +47,7 @@ class Follower:
             max_bytes=1 << 20,
             wait_ms=wait_ms,
             eager_hw=eager_hw,
+            left_ms=left_ms,
         )
         self.leader.handle_fetch(req, self._got)
 
@@ -75,7 +78,10 @@ async def _until(cond, timeout: float = 2.0) -> float:  # type: ignore[no-untype
 
 
 async def _setup(
-    tmp_path: Path, clock: Callable[[], float] = time.monotonic
+    tmp_path: Path,
+    clock: Callable[[], float] = time.monotonic,
+    prior_reply: float | None = None,
+    on_quorum_lost: Callable[[], None] = lambda: None,
 ) -> tuple[Stream, StreamLeader, Follower, Follower]:
     store = await FileStore.open(str(tmp_path), auto_compact=False)
     cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
@@ -98,6 +104,8 @@ async def _setup(
         max_payload=lambda: 1 << 20,
         fenced=lambda: False,
         clock=clock,
+        prior_reply=prior_reply,
+        on_quorum_lost=on_quorum_lost,
     )
     await stream.promote(1, leader)
     leader.start()
@@ -315,5 +323,106 @@ async def test_a_fetch_sent_before_a_pause_does_not_resume_deliveries(tmp_path: 
         now[0] += 0.01
         a.fetch()
         assert not leader.deliveries_held()
+    finally:
+        await _close(stream, leader)
+
+
+async def test_a_new_leadership_waits_out_the_lease_of_the_previous_one(tmp_path: Path) -> None:
+    """The previous leader delivers until ``hold_after`` (1 s here) after the last reply one of
+    its followers got from it. This node followed it until t=999.5, so no delivery before 1000.5;
+    follower n3 left it 300 ms before its first fetch here at t=1000.4, so none before 1001.1.
+    Waiting out a lease is not a lost quorum, and fetches are still parked (no busy polling)."""
+    now = [1000.0]
+    lost: list[int] = []
+    stream, leader, a, b = await _setup(
+        tmp_path, clock=lambda: now[0], prior_reply=999.5, on_quorum_lost=lambda: lost.append(1)
+    )
+    try:
+        assert leader.deliveries_held()
+        a.fetch(left_ms=R.LEFT_NONE)  # n2 followed nobody else: no lease to wait for
+        assert leader.fence_until == 1000.5
+        now[0] = 1000.4
+        b.fetch(left_ms=300)
+        assert abs(leader.fence_until - 1001.1) < 1e-9
+        await _turns()
+        assert not a.replies and not b.replies, "held by a lease, fetches still wait"
+        now[0] = 1001.0
+        leader.tick()
+        assert leader.deliveries_held() and not lost
+        kicked: list[int] = []
+
+        class Consumers:  # what the leader calls on the stream's consumer set
+            def kick_all(self) -> None:
+                kicked.append(1)
+
+        now[0] = 1001.05
+        stream.process("s.x", "", b"", b"m1")  # both answered, both fetch again: heard now
+        await _until(lambda: a.replies and b.replies)
+        a.fetch()
+        b.fetch()
+        assert leader.deliveries_held()
+        stream.consumers = Consumers()  # type: ignore[assignment]
+        now[0] = 1001.11
+        leader.tick()
+        assert not leader.deliveries_held()
+        assert kicked == [1], "consumers are kicked when the lease runs out"
+        assert not lost
+    finally:
+        stream.consumers = None
+        await _close(stream, leader)
+
+
+async def test_a_follower_that_does_not_say_when_it_left_counts_as_just_now(tmp_path: Path) -> None:
+    """A follower from before ``left_ms`` existed: its first fetch at this leadership may come
+    straight from the previous leader, so deliveries wait ``hold_after`` from it; its later
+    fetches (it follows this leader by then) extend nothing."""
+    now = [1000.0]
+    stream, leader, a, b = await _setup(tmp_path, clock=lambda: now[0])
+    try:
+        assert not leader.deliveries_held(), "no previous leadership on record"
+        a.fetch(left_ms=R.LEFT_UNKNOWN)
+        assert leader.fence_until == 1001.0 and leader.deliveries_held()
+        now[0] = 1000.5
+        a.replies.clear()
+        stream.process("s.x", "", b"", b"m1")
+        await _until(lambda: a.replies)
+        a.fetch(left_ms=R.LEFT_UNKNOWN)
+        assert leader.fence_until == 1001.0
+        now[0] = 1001.01
+        b.fetch(left_ms=R.LEFT_NONE)
+        assert not leader.deliveries_held()
+    finally:
+        await _close(stream, leader)
+
+
+def test_left_ms_round_trips_and_defaults_to_unknown() -> None:
+    req = R.FetchRequest(stream="S", replica="n2", epoch=3, pos=(1, 0), left_ms=250)
+    got, _ = R.decode_request(R.encode(req))
+    assert isinstance(got, R.FetchRequest) and got.left_ms == 250
+
+    class OldFetch(msgspec.Struct, tag="fetch"):  # what a follower from before the field sends
+        stream: str
+        replica: str
+        epoch: int
+        pos: tuple[int, int]
+
+    got, _ = R.decode_request(R.encode(OldFetch("S", "n2", 3, (1, 0))))
+    assert isinstance(got, R.FetchRequest) and got.left_ms == R.LEFT_UNKNOWN
+
+
+async def test_ack_confirmations_wait_out_the_previous_leaderships_lease(tmp_path: Path) -> None:
+    """An AckSync reply (consumer-log records replicated) is not sent before the lease runs out:
+    the previous leader may still redeliver the message from state without the ack."""
+    t0 = time.monotonic()
+    stream, leader, _a, _b = await _setup(tmp_path, prior_reply=t0 - 0.8)  # hold_after 1.0
+    try:
+        assert leader.deliveries_held()
+        await leader.consumers_replicated(-1)  # replicated already: only the lease is left
+        waited = time.monotonic() - t0
+        assert 0.18 <= waited < 1.0, waited
+        assert not leader.deliveries_held()
+        t1 = time.monotonic()
+        await leader.consumers_replicated(-1)
+        assert time.monotonic() - t1 < 0.05, "no lease: no wait"
     finally:
         await _close(stream, leader)
