@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -94,6 +95,14 @@ class LeafIO:
         # Outgoing data: _wbuf while connected (flushed once per tick), _pending otherwise.
         self._wbuf: list[bytes] = []
         self._wbuf_bytes = 0
+        self._wbuf_since = 0.0  # time.monotonic() when _wbuf got its first frame
+        # Consumer deliveries (frames whose reply is a ``$JS.ACK`` subject) that waited in _wbuf
+        # longer than this (seconds; 0: off) are dropped at the flush: the process stalled
+        # (frozen, a long pause) between the delivery pass and the write, and a cluster may
+        # have moved the stream to another leader meanwhile, which may have seen the message
+        # acknowledged (docs/chaos.md, the late frame of seq 1414). The consumer state keeps
+        # them pending: redelivered after ack_wait if this node still leads.
+        self.stale_after = 0.0
         self._flush_scheduled = False
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -315,10 +324,29 @@ class LeafIO:
         proto = self._proto
         if proto is None or proto.transport is None or not self.connected:
             return  # kept in _wbuf; moved to _pending by _on_connection_lost
+        if self.stale_after and time.monotonic() - self._wbuf_since > self.stale_after:
+            self._drop_stale_deliveries()
         data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
         self._wbuf.clear()
         self._wbuf_bytes = 0
         proto.transport.write(data)
+
+    def _drop_stale_deliveries(self) -> None:
+        """Drop the consumer deliveries from _wbuf (rare path: after a stall, see ``stale_after``)."""
+        keep = [f for f in self._wbuf if not _is_delivery(f)]
+        dropped = len(self._wbuf) - len(keep)
+        if not dropped:
+            return
+        self._wbuf[:] = keep
+        self._wbuf_bytes = sum(len(f) for f in keep)
+        self.stats.stale_deliveries += dropped
+        log.warning(
+            "leaf link %s: %d consumer deliveries waited %.1fs to be written (the process stalled): "
+            "dropped, they stay pending",
+            self.name,
+            dropped,
+            time.monotonic() - self._wbuf_since,
+        )
 
     def publish(
         self,
@@ -350,6 +378,8 @@ class LeafIO:
             )
             raise
         if self._state is LinkState.CONNECTED:
+            if not self._wbuf:
+                self._wbuf_since = time.monotonic()
             self._wbuf.append(frame)
             self._wbuf_bytes += len(frame)
             if not self._flush_scheduled:
@@ -495,3 +525,18 @@ class LeafIO:
         """Call ``cb("+"|"-", subject, queue)`` when a hub subscription key appears or goes;
         returns a function that removes the listener."""
         return self.interest_view.add_listener(cb)
+
+
+_ACK_PREFIX = b"$JS.ACK."
+
+
+def _is_delivery(frame: bytes) -> bool:
+    """A consumer delivery frame: ``LMSG``/``HMSG`` whose reply is a ``$JS.ACK`` subject."""
+    if not (frame.startswith(b"LMSG ") or frame.startswith(b"HMSG ")):
+        return False
+    end = frame.find(b"\r\n")
+    parts = frame[:end].split(b" ")
+    if len(parts) < 4:
+        return False
+    reply = parts[3] if parts[2] == b"+" else parts[2]
+    return reply.startswith(_ACK_PREFIX)

@@ -613,3 +613,46 @@ async def test_gives_up_after_max_reconnect_attempts() -> None:
     finally:
         await link.close()
         await srv.stop()
+
+
+async def test_deliveries_that_waited_out_a_stall_are_dropped(
+    nats_server: NatsServer, link: LeafConnection
+) -> None:
+    """A consumer delivery (reply ``$JS.ACK...``) still in the write buffer after the process
+    stalled longer than ``stale_after`` is not sent (a cluster may have another leader by then);
+    other messages in the same buffer are, and without a stall deliveries go out as usual."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        got: list[tuple[bytes, str]] = []
+
+        async def cb(m: Any) -> None:
+            got.append((m.data, m.reply))
+
+        await nc.subscribe("deliver.>", cb=cb)
+        await nc.flush()
+        await until(lambda: link.has_interest("deliver.x"), what="interest in deliver.x")
+        link.stale_after = 0.2
+        link.publish("deliver.x", b"stale", reply="$JS.ACK.S.C.1.7.7.1700000000000000000.0")
+        link.publish(
+            "deliver.x",
+            b"stale-hdr",
+            reply="$JS.ACK.S.C.1.8.8.1700000000000000000.0",
+            hdr=b"NATS/1.0\r\nA: b\r\n\r\n",
+        )
+        link.publish("deliver.x", b"reply", reply="_INBOX.abc")
+        link.publish("deliver.x", b"plain")
+        time.sleep(0.3)  # noqa: ASYNC251 - the stall itself: the loop blocked between pass and flush
+        await link.flush()
+        await until(lambda: len(got) >= 2, what="the two other messages")
+        assert link.stats.stale_deliveries == 2
+        link.publish("deliver.x", b"fresh", reply="$JS.ACK.S.C.1.9.9.1700000000000000000.0")
+        await link.flush()
+        await until(lambda: len(got) >= 3, what="a delivery without a stall")
+        assert got == [
+            (b"reply", "_INBOX.abc"),
+            (b"plain", ""),
+            (b"fresh", "$JS.ACK.S.C.1.9.9.1700000000000000000.0"),
+        ]
+        assert link.stats.stale_deliveries == 2
+    finally:
+        await nc.close()
