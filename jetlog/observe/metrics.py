@@ -147,6 +147,12 @@ class NodeCollector(Collector):
         reads.add_metric(["direct_get"], getattr(api, "direct_gets", 0))
         reads.add_metric(["fetch"], getattr(api, "fetches", 0))
         yield reads
+        stale = CounterMetricFamily(
+            "jetlog_stale_deliveries_dropped",
+            "Consumer deliveries dropped because they waited out a process stall (cluster)",
+        )
+        stale.add_metric([], getattr(getattr(node.leaf, "stats", None), "stale_deliveries", 0))
+        yield stale
         up = GaugeMetricFamily("jetlog_link_up", "Upstream link state (1 up)", labels=["link"])
         up.add_metric(["client"], 1 if node.client.connected else 0)
         up.add_metric(["leafnode"], 1 if node.leaf.connected else 0)

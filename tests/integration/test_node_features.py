@@ -75,6 +75,7 @@ async def test_metrics_health_ready(tmp_path: Any) -> None:
             assert 'jetlog_stream_rejected_total{stream="MET"} 1.0' in body
             assert 'jetlog_stream_pubacks_total{stream="MET"} 3.0' in body
             assert 'jetlog_link_up{link="leafnode"} 1.0' in body
+            assert "jetlog_stale_deliveries_dropped_total 0.0" in body  # no stall, and a single node
             assert 'jetlog_api_errors_by_code_total{err_code="10059"} 1.0' in body
             assert 'jetlog_consumer_delivered_total{consumer="MC",stream="MET"} 3.0' in body
             assert 'jetlog_consumer_acks_total{consumer="MC",stream="MET"} 2.0' in body
