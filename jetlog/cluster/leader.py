@@ -276,15 +276,17 @@ class StreamLeader:
         left = req.left_ms
         if left == R.LEFT_NONE or (left == R.LEFT_UNKNOWN and f.ever_fetched):
             return
-        since = now - max(left, 0) / 1000.0
-        if since + self.hold_after > self.fence_until:
-            self.fence_until = since + self.hold_after
+        until = now - max(left, 0) / 1000.0 + self.hold_after
+        if until <= self.fence_until:
+            return
+        self.fence_until = until
+        if until > now:
             log.info(
                 "stream %s: %s followed another leadership %.0f ms ago: consumer deliveries wait %.2fs",
                 self.stream.name,
                 req.replica,
                 max(left, 0),
-                self.fence_until - now,
+                until - now,
             )
 
     def _check_quorum(self) -> None:
@@ -478,9 +480,8 @@ class StreamLeader:
         f.cepoch, f.cidx = (req.cepoch, req.cidx) if not req.csnap else (0, -1)
         self._note_left(req, f, now)
         f.ever_fetched = True
-        held = self._lost_followers(now)
-        if held or self._held or self._fence_held or now < self.fence_until:
-            self._update_hold()
+        self._update_hold()
+        held = self._held
         leo = self.store.log_end()
         if f.pos >= f.leo_sent or f.pos >= leo:
             f.last_caught_up = now

@@ -333,7 +333,7 @@ class LeafIO:
 
     def _drop_stale_deliveries(self) -> None:
         """Drop the consumer deliveries from _wbuf (rare path: after a stall, see ``stale_after``)."""
-        keep = [f for f in self._wbuf if not _is_delivery(f)]
+        keep = [f for f in self._wbuf if not (wire.frame_reply(f) or b"").startswith(b"$JS.ACK.")]
         dropped = len(self._wbuf) - len(keep)
         if not dropped:
             return
@@ -525,18 +525,3 @@ class LeafIO:
         """Call ``cb("+"|"-", subject, queue)`` when a hub subscription key appears or goes;
         returns a function that removes the listener."""
         return self.interest_view.add_listener(cb)
-
-
-_ACK_PREFIX = b"$JS.ACK."
-
-
-def _is_delivery(frame: bytes) -> bool:
-    """A consumer delivery frame: ``LMSG``/``HMSG`` whose reply is a ``$JS.ACK`` subject."""
-    if not (frame.startswith(b"LMSG ") or frame.startswith(b"HMSG ")):
-        return False
-    end = frame.find(b"\r\n")
-    parts = frame[:end].split(b" ")
-    if len(parts) < 4:
-        return False
-    reply = parts[3] if parts[2] == b"+" else parts[2]
-    return reply.startswith(_ACK_PREFIX)

@@ -401,6 +401,22 @@ def encode_msg(
     return b"".join((line, payload, CRLF))
 
 
+def frame_reply(frame: bytes) -> bytes | None:
+    """The reply subject of one ``LMSG``/``HMSG`` frame as :func:`encode_msg` builds it (None:
+    another frame, or no reply)."""
+    if not frame.startswith((b"LMSG ", b"HMSG ")):
+        return None
+    args = _split_args(frame[: frame.find(b"\r\n")])
+    # LMSG <subject> [<reply>] <size> | HMSG <subject> [<reply>] <hsize> <size>, or with queues
+    # "+ <reply> <q>..." / "| <q>..." after the subject.
+    if len(args) > 3 and args[2] == b"+":
+        return args[3]
+    sizes = 2 if args[0] == b"HMSG" else 1
+    if args[2:3] == [b"|"] or len(args) != 2 + 1 + sizes:
+        return None
+    return args[2]
+
+
 def encode_sub(subject: str, queue: str | None = None, weight: int = 1) -> bytes:
     """``LS+ <subject>`` or ``LS+ <subject> <queue> <weight>``.
 

@@ -365,3 +365,18 @@ def test_round_trip_one_byte_at_a_time(frames: list[tuple[Any, ...]]) -> None:
     encoded = [encode(f) for f in frames]
     data = b"".join(e for e, _ in encoded)
     assert parse_all(data, chunk=1) == [ev for _, ev in encoded]
+
+
+@given(
+    st.sampled_from(["s", "a.b.c", "$JS.ACK.S.C.1.2.3.4.0"]),
+    st.sampled_from([None, "_INBOX.x", "$JS.ACK.S.C.1.2.3.4.0"]),
+    st.sampled_from([b"", b"NATS/1.0\r\nA: b\r\n\r\n"]),
+    st.sampled_from([(), ("q1",), ("q1", "q2")]),
+    st.binary(max_size=20),
+)
+def test_frame_reply_reads_back_the_reply_of_an_encoded_frame(
+    subject: str, reply: str | None, hdr: bytes, queues: tuple[str, ...], payload: bytes
+) -> None:
+    frame = leaf.encode_msg(subject, payload, reply, hdr, queues)
+    assert leaf.frame_reply(frame) == (reply.encode() if reply else None)
+    assert leaf.frame_reply(leaf.encode_sub("a.b")) is None
