@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import zstandard
-from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
 from jetlog.log import filereplica as fr
@@ -47,13 +46,14 @@ from jetlog.log.base import IndexedStore
 from jetlog.log.commit import OpenBatch, PendingBatch, Roll, StoreSync
 from jetlog.log.compaction import delete_segments, rewrite_segment
 from jetlog.log.epochs import EpochCache
+from jetlog.log.fileappend import append_records
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
 from jetlog.log.pipeline import Flusher
 from jetlog.log.rawread import bulk_reader, stored_headers
 from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
 from jetlog.log.replica import cap_raw, check_max_batch, merge_op
-from jetlog.log.segment import COMPRESSED, OsIO, Segment, SegmentIO, read_record
+from jetlog.log.segment import OsIO, Segment, SegmentIO, read_record
 from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredHeaders, StoredMsg
 from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
 from jetlog.wire import records as rc
@@ -61,9 +61,6 @@ from jetlog.wire import records as rc
 log = logging.getLogger("jetlog.log.filestore")
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
-_RNC = rc.REC_NOCRC
-_CRC = rc.CRC
-_TTL = rc.TTL
 _HDR = rc.HEADER_SIZE
 _SPLIT = rc.SPLIT_BODY
 _OPS = rc.OP_SIZE
@@ -267,59 +264,10 @@ class FileStore(IndexedStore):
 
     # ---- writes ---------------------------------------------------------------------------
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int, ttl: int = 0) -> int:
-        if self._refuse:
-            self._check_writable()
-        ix = self._ix
-        subj = ix.subjects
-        sid = subj.ids.get(subject)
-        if sid is None:
-            sid = subj.intern(subject)
-        sb = subj.raw[sid]
-        seq = ix.last_seq + 1
-        slen = len(sb)
-        hlen = len(hdr)
-        dlen = len(data)
-        if ttl:
-            exp = ts + ttl
-            rec = _RNC.pack(seq, ts, slen, 1, 0, hlen, dlen) + _TTL.pack(exp) + sb + hdr + data
-        else:
-            rec = _RNC.pack(seq, ts, slen, 0, 0, hlen, dlen) + sb + hdr + data
-        rec = _CRC.pack(crc32c(rec)) + rec
-        rlen = len(rec)
-        ob = self._ob
-        if ob.body + rlen > ob.limit and (ob.nrec or ob.ops):
-            ob = self._close_batch()
-        seg = self._seg
-        if ob.pos + _HDR + ob.body + rlen > self._segment_bytes and seg.nrecords:
-            ob = self._roll()
-            seg = self._seg
-        if self._compressed:
-            pos = 0
-            aux = COMPRESSED | ob.body
-        else:
-            pos = ob.pos + _HDR + ob.body
-            aux = rlen
-        ix.last_seq = seq
-        ix.last_ts = ts
-        ix.add(seq, ts, sid, 30 + slen + dlen + (4 + hlen if hlen else 0), pos, aux, seg, True)
-        if not seg.nrecords:
-            seg.min_seq = seq
-        seg.nrecords += 1
-        seg.max_seq = seq
-        if ttl:
-            ix.ttl[seq] = exp
-            seg.ttl[seq] = exp
-        self._pend[seq] = (hdr, data)
-        ob.parts.append(rec)
-        ob.body += rlen
-        if not ob.nrec:
-            ob.first_rec = seq
-        ob.nrec += 1
-        ob.last_rec = seq
-        fl = self._fl
-        if fl.idle:
-            fl.kick()
-        return seq
+        return append_records(self, [subject], [hdr] if hdr else None, [data], ts, ttl)
+
+    def append_run(self, subjects: list[str], datas: list[bytes], ts: int) -> int:
+        return append_records(self, subjects, None, datas, ts)
 
     def remove(self, seq: int, erase: bool = False) -> bool:
         if erase:

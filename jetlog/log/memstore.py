@@ -72,6 +72,12 @@ class MemStore(IndexedStore):
             self._schedule_notify()
         return seq
 
+    def append_run(self, subjects: list[str], datas: list[bytes], ts: int) -> int:
+        seq = self._ix.last_seq
+        for subject, data in zip(subjects, datas, strict=True):
+            seq = self.append(subject, b"", data, ts)
+        return seq
+
     def _skipped(self) -> None:
         if self._listeners or self._log is not None:
             self._schedule_notify()

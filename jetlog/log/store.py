@@ -149,6 +149,12 @@ class MsgStore(Protocol):
         """
         ...
 
+    def append_run(self, subjects: list[str], datas: list[builtins.bytes], ts: int) -> int:
+        """Store ``datas[i]`` on ``subjects[i]`` (no header block, no TTL) with the next
+        sequences, all at store time ``ts``, and return the last one. Exactly what ``append``
+        once per message would store; the capture path uses it for a socket read's worth."""
+        ...
+
     def skip(self, count: int = 1, ts: int = 0) -> int:
         """Consume ``count`` sequences without storing anything; return the new ``last_seq``.
 

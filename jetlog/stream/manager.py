@@ -29,13 +29,15 @@ from jetlog.wire.subjects import collide
 log = logging.getLogger("jetlog.streams")
 
 CaptureCallback = Callable[[str, "str | None", bytes, bytes], None]
+RunCallback = Callable[[list[Any]], None]
 
 
 class Capture(Protocol):
     """Subscribes stream subjects on the upstream (leaf link or client connection)."""
 
-    def subscribe(self, subject: str, cb: CaptureCallback) -> Any:
-        """Start delivering messages published on ``subject`` to ``cb``; return a handle."""
+    def subscribe(self, subject: str, cb: CaptureCallback, run_cb: RunCallback | None = None) -> Any:
+        """Start delivering messages published on ``subject`` to ``cb`` (or runs of them to
+        ``run_cb``, where the link can); return a handle."""
         ...
 
     def unsubscribe(self, handle: Any) -> None:
@@ -302,7 +304,8 @@ class StreamManager:
 
     def _subscribe(self, stream: Stream) -> None:
         self._subs[stream.name] = [
-            self.capture.subscribe(subject, stream.process) for subject in stream.config.subjects or ()
+            self.capture.subscribe(subject, stream.process, stream.process_run)
+            for subject in stream.config.subjects or ()
         ]
 
     def _unsubscribe(self, name: str) -> None:

@@ -26,6 +26,7 @@ log = logging.getLogger("jetlog.capture")
 LEAF_DENIED = ("$JS.API.>", "$KV.>", "$OBJ.>")
 
 CaptureCallback = Callable[[str, "str | None", bytes, bytes], None]
+RunCallback = Callable[[list[Any]], None]
 
 
 def needs_client_link(subject: str) -> bool:
@@ -41,8 +42,11 @@ class Capture:
         self.client = client
         self._pending: set[asyncio.Task[Any]] = set()
 
-    def subscribe(self, subject: str, cb: CaptureCallback) -> tuple[str, Any]:
-        """Start capturing ``subject``; messages go to ``cb(subject, reply, hdr, data)``."""
+    def subscribe(
+        self, subject: str, cb: CaptureCallback, run_cb: RunCallback | None = None
+    ) -> tuple[str, Any]:
+        """Start capturing ``subject``; messages go to ``cb(subject, reply, hdr, data)``, or on
+        the leaf link, a socket read's consecutive ones at a time to ``run_cb`` if given."""
         if needs_client_link(subject):
             # A subject such as '>' also collides with ordinary subjects: capture it on both
             # links then would store messages twice, so it goes to the client link only.
@@ -50,7 +54,7 @@ class Capture:
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
             return ("client", task)
-        return ("leaf", self.leaf.subscribe(subject, cb))
+        return ("leaf", self.leaf.subscribe(subject, cb, run_cb=run_cb))
 
     def unsubscribe(self, handle: tuple[str, Any]) -> None:
         """Stop a capture subscription."""

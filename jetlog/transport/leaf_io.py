@@ -17,7 +17,14 @@ from typing import Any
 from jetlog.errors import TransportError
 from jetlog.transport.interest import InterestListener, InterestView
 from jetlog.transport.leaf_auth import parse_url
-from jetlog.transport.leaf_proto import LeafProtocol, LeafStats, LeafSubscription, LinkState, MsgCallback
+from jetlog.transport.leaf_proto import (
+    LeafProtocol,
+    LeafStats,
+    LeafSubscription,
+    LinkState,
+    MsgCallback,
+    RunCallback,
+)
 from jetlog.wire import leaf as wire
 from jetlog.wire.subjects import Sublist, is_literal, is_valid_subject
 
@@ -194,12 +201,40 @@ class LeafIO:
             return
         MSG = wire.MSG
         end = min(len(events), start + EVENT_SLICE)
+        # Consecutive messages that only one subscription with a ``run_cb`` matches (a stream's
+        # capture) go to it in one call; the rest one by one, all in arrival order. A message
+        # is matched after every callback before it has run, as with one call per message (a
+        # callback may change the subscriptions).
+        run: list[wire.Event] = []
+        run_sub: LeafSubscription | None = None
+        last_subject = None
+        sole: LeafSubscription | None = None
         for i in range(start, end):
             ev = events[i]
+            if ev[0] == MSG and not self._has_queue_subs:
+                subject = ev[1]
+                if subject != last_subject:
+                    last_subject = subject
+                    sole = self._sole_run_sub(subject)
+                    if run and sole is not run_sub:
+                        self._run(run_sub, run)  # type: ignore[arg-type]
+                        run = []
+                        sole = self._sole_run_sub(subject)
+                if sole is not None:
+                    run_sub = sole
+                    run.append(ev)
+                    continue
+            if run:
+                self._run(run_sub, run)  # type: ignore[arg-type]
+                run = []
+                run_sub = None
+            last_subject = None
             if ev[0] == MSG:
                 self._dispatch(ev[1], ev[2], ev[3], ev[4], ev[5])
             else:
                 self._on_control(proto, ev)
+        if run:
+            self._run(run_sub, run)  # type: ignore[arg-type]
         if end < len(events) and proto.transport is not None:
             # One socket read can hold thousands of messages (milliseconds of work). Yield to
             # the loop between slices so fsync completions, timers (heartbeats, ack waits) and
@@ -246,6 +281,20 @@ class LeafIO:
         for members in picked.values():
             self._rr += 1
             self._call(members[self._rr % len(members)], subject, reply, hdr, payload)
+
+    def _sole_run_sub(self, subject: str) -> LeafSubscription | None:
+        subs = self._subs.match(subject)
+        return subs[0] if len(subs) == 1 and subs[0].run_cb is not None else None
+
+    def _run(self, s: LeafSubscription, run: list[wire.Event]) -> None:
+        stats = self.stats
+        stats.msgs_in += len(run)
+        stats.bytes_in += sum([len(ev[3]) + len(ev[4]) for ev in run])
+        try:
+            s.run_cb(run)  # type: ignore[misc]
+        except Exception:
+            stats.callback_errors += 1
+            log.exception("leaf link %s: callback for %s failed", self.name, s.subject)
 
     def _call(self, s: LeafSubscription, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
         try:
@@ -450,8 +499,13 @@ class LeafIO:
 
     # ------------------------------------------------------------------------ subscriptions
 
-    def subscribe(self, subject: str, cb: MsgCallback, queue: str | None = None) -> LeafSubscription:
+    def subscribe(
+        self, subject: str, cb: MsgCallback, queue: str | None = None, run_cb: RunCallback | None = None
+    ) -> LeafSubscription:
         """Ask the hub for messages on ``subject`` (``LS+``); ``cb(subject, reply, hdr, payload)``.
+
+        ``run_cb``, if given, takes instead the ``MSG`` events of one socket read that only this
+        subscription matches and that arrived next to each other, in one call (in order).
 
         Several local subscriptions on one (subject, queue) share one hub subscription. With a
         ``queue`` the hub counts this link as ``weight`` = local member count in that group.
@@ -472,7 +526,7 @@ class LeafIO:
             )
         if self.closed:
             raise TransportError(f"leaf link {self.name} is closed")
-        sub = LeafSubscription(self, subject, queue, cb)
+        sub = LeafSubscription(self, subject, queue, cb, None if queue is not None else run_cb)
         key = (subject, queue)
         members = self._sub_keys.setdefault(key, [])
         members.append(sub)

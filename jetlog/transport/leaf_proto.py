@@ -21,6 +21,8 @@ from jetlog.wire import leaf as wire
 log = logging.getLogger("jetlog.transport.leaf")
 
 MsgCallback = Callable[[str, str | None, bytes, bytes], None]
+RunCallback = Callable[[list[wire.Event]], None]
+"""Takes consecutive ``MSG`` events of one socket read that only its subscription matches."""
 """``cb(subject, reply, hdr, payload)``; called synchronously from the reader."""
 
 
@@ -69,13 +71,21 @@ class LeafStats:
 class LeafSubscription:
     """Handle returned by :meth:`LeafConnection.subscribe`."""
 
-    __slots__ = ("_link", "active", "cb", "queue", "subject")
+    __slots__ = ("_link", "active", "cb", "queue", "run_cb", "subject")
 
-    def __init__(self, link: SubscriptionOwner, subject: str, queue: str | None, cb: MsgCallback) -> None:
+    def __init__(
+        self,
+        link: SubscriptionOwner,
+        subject: str,
+        queue: str | None,
+        cb: MsgCallback,
+        run_cb: RunCallback | None = None,
+    ) -> None:
         self._link = link
         self.subject = subject
         self.queue = queue
         self.cb = cb
+        self.run_cb = run_cb  # optional: many messages in one call (see ``LeafIO._on_events``)
         self.active = True
 
     def unsubscribe(self) -> None:

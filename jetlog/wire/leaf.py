@@ -63,6 +63,10 @@ _EV_PING: Final = (PING,)
 _EV_PONG: Final = (PONG,)
 _EV_OK: Final = (OK,)
 _NOQ: tuple[str, ...] = ()
+# The common LMSG line (subject, optional reply, size; single spaces), matched in one C call.
+# Anything else (queue groups, tabs, repeated spaces, a bare CR in a subject, a line not yet
+# complete) does not match and takes the general path, which decides exactly as before.
+_LMSG_LINE = re.compile(rb"LMSG ([^ \t\r\n]+) (?:([^ \t\r\n]+) )?([0-9]+)\r\n")
 
 Event = tuple[Any, ...]
 
@@ -156,7 +160,32 @@ class LeafParser:
         append = out.append
         mcl = self.max_control_line
         self._need = 0
+        lmsg = _LMSG_LINE.match
         while pos < n:
+            if buf[pos] == 76:  # "L"
+                m = lmsg(buf, pos)
+                if m is not None:
+                    start = m.end()
+                    if start - 2 - pos > mcl + 8:
+                        raise ProtocolError(f"control line exceeds {mcl} bytes")
+                    sb, rb, szb = m.groups()
+                    end = start + int(szb)
+                    if end + 2 > n:
+                        self._need = end + 2 - pos
+                        return pos
+                    if buf[end] != 13 or buf[end + 1] != 10:
+                        raise ProtocolError(
+                            f"payload not terminated by CRLF after {_snip(buf, pos, start - 2)}"
+                        )
+                    try:
+                        subj = sb.decode()
+                        reply = None if rb is None else rb.decode()
+                    except UnicodeDecodeError:
+                        subj = _dec(sb)
+                        reply = None if rb is None else _dec(rb)
+                    append((MSG, subj, reply, b"", buf[start:end], _NOQ))
+                    pos = end + 2
+                    continue
             eol = find(b"\r\n", pos)
             if eol < 0:
                 if n - pos > mcl + 8:

@@ -368,6 +368,54 @@ async def test_unsubscribe_stops_delivery(nats_server: NatsServer, link: LeafCon
         await nc.close()
 
 
+async def test_runs_reach_run_callbacks_in_arrival_order(
+    nats_server: NatsServer, link: LeafConnection
+) -> None:
+    """Consecutive messages only one ``run_cb`` subscription matches come in one call; others
+    one by one; across all subscriptions in the order the hub sent them."""
+    seen: list[tuple[str, int]] = []  # (who, message number) in the order handed over
+    runs: list[int] = []
+
+    def run_cb(events: list[Any]) -> None:
+        runs.append(len(events))
+        seen.extend(("run", int(ev[4])) for ev in events)
+
+    def one_by_one(who: str) -> Callable[[str, str | None, bytes, bytes], None]:
+        def cb(subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+            seen.append((who, int(payload)))
+
+        return cb
+
+    link.subscribe("r.>", one_by_one("r-single"), run_cb=run_cb)
+    link.subscribe("p.>", one_by_one("p"))
+    link.subscribe("r.both", one_by_one("both"))  # r.both: two subscriptions match
+    await link.flush()
+    want: list[tuple[str, int]] = []
+    nc = await nats.connect(nats_server.url)
+    try:
+        for i in range(3000):
+            if i % 100 == 50:
+                await nc.publish("p.x", b"%d" % i)
+                want.append(("p", i))
+            elif i % 250 == 7:
+                await nc.publish("r.both", b"%d" % i)
+                want += [("r-single", i), ("both", i)]
+            else:
+                await nc.publish(f"r.{i % 3}", b"%d" % i)
+                want.append(("run", i))
+        await nc.flush()
+        await until(lambda: len(seen) >= len(want), what="every message")
+    finally:
+        await nc.close()
+    # The two subscriptions of r.both are called in the sublist's order: compare as sets there.
+    assert sorted(seen) == sorted(want)
+    assert [n for _, n in seen] == [n for _, n in want]
+    assert [x for x in seen if x[0] == "run"] == [x for x in want if x[0] == "run"]
+    assert sum(runs) == sum(1 for x in want if x[0] == "run")
+    assert max(runs) > 1  # messages of one socket read came in one call
+    assert link.stats.msgs_in == 3000
+
+
 # --------------------------------------------------------------------------------- auth
 
 
