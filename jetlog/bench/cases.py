@@ -16,12 +16,14 @@ from nats.js.kv import KeyValue
 
 @dataclass
 class Result:
-    """One measurement. ``cpu_us``: server-side CPU µs per operation over the timed window."""
+    """One measurement. ``cpu_us``: server-side CPU µs per operation over the timed window;
+    ``lag_ms``: plain publishes only, from the publisher's last flush until all were stored."""
 
     rate: float
     p50_us: float = 0.0
     p99_us: float = 0.0
     cpu_us: float = 0.0
+    lag_ms: float = 0.0
 
 
 def _no_cpu() -> float:
@@ -122,13 +124,16 @@ async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, 
         if i % 5000 == 4999:
             await asyncio.sleep(0)
     await nc.flush()
+    flushed = time.perf_counter()
     deadline = time.monotonic() + 120
     while True:
         info = await js.stream_info(name)
         if info.state.messages >= n or time.monotonic() > deadline:
             break
-        await asyncio.sleep(0.01)
-    return w.result(info.state.messages)
+        await asyncio.sleep(0.002)
+    res = w.result(info.state.messages)
+    res.lag_ms = (time.perf_counter() - flushed) * 1e3
+    return res
 
 
 async def _prefill(nc: nats.NATS, js: JetStreamContext, name: str, n: int, direct: bool) -> None:

@@ -156,5 +156,17 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
             + f" | {lat} | {cpu} |"
         )
     lines.append("")
+    lags = [
+        f"{cname}: " + ", ".join(f"{k} {_med(per[k], 'lag_ms'):.0f} ms" for k in kinds)
+        for cname, per in results.items()
+        if any(_med(per[k], "lag_ms") for k in kinds)
+    ]
+    if lags:
+        lines.append(
+            "Capture lag (from the publisher's last flush until every message is stored), medians: "
+            + "; ".join(lags)
+            + "."
+        )
+        lines.append("")
     lines.append(REPRODUCE)
     return "\n".join(lines) + "\n"

@@ -23,3 +23,22 @@ def test_sections_replace_only_their_own_part(tmp_path) -> None:  # type: ignore
         "<!-- scale:start -->\n## scale 2\n<!-- scale:end -->\n\n"
         f"{KEEP_MARKER}\nnotes stay\n"
     )
+
+
+def test_capture_lag_is_reported_for_plain_publishes() -> None:
+    import argparse
+
+    from jetlog.bench.cases import Result
+    from jetlog.bench.runner import _report
+
+    results = {
+        "pub-fire 128B": {
+            "jetlog": [Result(1000.0, lag_ms=90.0), Result(900.0, lag_ms=110.0)],
+            "nats": [Result(2000.0, lag_ms=20.0)],
+        },
+        "pub-sync 128B": {"jetlog": [Result(10.0, 500.0)], "nats": [Result(20.0, 150.0)]},
+    }
+    text = _report(results, ["jetlog", "nats"], argparse.Namespace(rounds=2, quick=False))
+    assert "pub-fire 128B: jetlog 100 ms, nats 20 ms." in text
+    assert "pub-sync 128B:" not in text
+    assert "| pub-fire 128B | 950 | 2,000 | 0.47 |" in text
