@@ -98,6 +98,13 @@ def _med(rs: list[Result], attr: str) -> float:
     return statistics.median(getattr(r, attr) for r in rs) if rs else 0.0
 
 
+def _lag(rs: list[Result]) -> str:
+    lags = [r.lag_ms for r in rs if r.lag_ms]
+    if not lags:
+        return "– (not every message stored within the case's 120 s)"
+    return f"{statistics.median(lags):.0f} ms"
+
+
 def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args: argparse.Namespace) -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -157,7 +164,7 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         )
     lines.append("")
     lags = [
-        f"{cname}: " + ", ".join(f"{k} {_med(per[k], 'lag_ms'):.0f} ms" for k in kinds)
+        f"{cname}: " + ", ".join(f"{k} {_lag(per[k])}" for k in kinds)
         for cname, per in results.items()
         if any(_med(per[k], "lag_ms") for k in kinds)
     ]

@@ -18,6 +18,7 @@ from jetlog.consumer.policy import ConsumerPolicy
 from jetlog.consumer.pull import WaitQueue
 from jetlog.consumer.state import ACK_NONE, ConsumerState
 from jetlog.log.store import StoredMsg
+from jetlog.wire.leaf import encode_delivery
 
 if TYPE_CHECKING:
     from jetlog.consumer.host import ConsumerHost
@@ -66,6 +67,7 @@ class ConsumerDelivery:
         self._ahead_from = 0
         self._ahead_filter: str | None = None
         self._ahead_store: Any = None
+        self._ahead_mark: Any = None  # the store's removal mark when the read-ahead was filled
         self._rdq_set: set[int] = set()
         self._skip: list[int] = []  # last_per_subject start: sequences to deliver first
         self._resume = 0  # after the skip list, continue from here
@@ -190,9 +192,10 @@ class ConsumerDelivery:
         The read-ahead holds every live message matching ``f`` from ``_ahead_from`` up to its
         last one, as they were when read. New messages only ever get higher sequences, so for
         any ``start >= _ahead_from`` its first message at or after ``start`` is still the
-        answer unless that message was removed since (checked: one index lookup), or lies
-        above the committed mark (which drops when a replica changes role). Anything else
-        (a start before the read-ahead, another filter or store) reads afresh."""
+        answer unless that message was removed since (checked: one index lookup, skipped while
+        the store's removal mark is what it was at the fill), or lies above the committed mark
+        (which drops when a replica changes role). Anything else (a start before the
+        read-ahead, another filter or store) reads afresh."""
         ahead = self._ahead
         if ahead:
             if start < self._ahead_from or f != self._ahead_filter or store is not self._ahead_store:
@@ -203,14 +206,18 @@ class ConsumerDelivery:
                 self._ahead_from = start
                 if ahead:
                     m = ahead[0]
-                    if m.seq <= committed and store.is_live(m.seq):
+                    if m.seq <= committed and (
+                        store.removal_mark() == self._ahead_mark or store.is_live(m.seq)
+                    ):
                         return m
                     ahead.clear()
+        mark = store.removal_mark()
         batch = store.load_ahead(start, f, committed, AHEAD_MSGS, AHEAD_BYTES)
         if not batch:
             return None
         ahead.extend(batch)
         self._ahead_from, self._ahead_filter, self._ahead_store = start, f, store
+        self._ahead_mark = mark
         return batch[0]
 
     def _pop_rdq(self) -> None:
@@ -287,8 +294,13 @@ class ConsumerDelivery:
         if self._rdq and self._rdq[0] == m.seq:
             self._pop_rdq()
         # The hub delivers with the stream subject after '@' (spec §0.2).
-        reply = ack.decode() + "@" + m.subject
-        self.host.leaf.publish(target, data, reply=reply, hdr=hdr, queues=(queue,) if queue else ())
+        leaf = self.host.leaf
+        frame = None if queue else encode_delivery(target, ack, m.subject, hdr, data, leaf.max_control_line)
+        if frame is not None:
+            leaf.publish_frame(frame, len(hdr) + len(data))
+        else:
+            reply = ack.decode() + "@" + m.subject
+            leaf.publish(target, data, reply=reply, hdr=hdr, queues=(queue,) if queue else ())
         if self.p.ack_policy == ACK_NONE:
             self.host.on_delivered_none(self, m.seq)
         elif self._ack_timer is None:

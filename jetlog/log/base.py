@@ -236,6 +236,9 @@ class IndexedStore:
                 break
         return out
 
+    def removal_mark(self) -> tuple[object, int]:
+        return self._ix, self._ix.removals
+
     def is_live(self, seq: int) -> bool:
         """Whether ``seq`` holds a message (not removed, not truncated)."""
         return self._ix.live_entry(seq)[0] is not None

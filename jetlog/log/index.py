@@ -100,6 +100,9 @@ class Index:
         self.first = self.last_seq + 1  # first live seq, or last_seq + 1 when empty
         self.ttl: dict[int, int] = {}
         self.payload = payload
+        # Bumped whenever entries stop being live (``kill``, ``remove_before``, ``remove_all``):
+        # a reader that saw the same count on the same index knows nothing it read was removed.
+        self.removals = 0
         self._dirty: set[int] = set()  # id()s of blocks that may be worth pruning
         self._dirty_blocks: list[Block] = []
 
@@ -340,6 +343,7 @@ class Index:
         """Mark the live entry ``(blk, i)`` dead; update every counter. Returns its seq."""
         seq = blk.seqs[i]
         size = blk.size[i]
+        self.removals += 1
         blk.live[i] = 0
         blk.nlive -= 1
         blk.live_bytes -= size
@@ -371,6 +375,7 @@ class Index:
             return 0
         if cutoff > self.last_seq:
             return self.remove_all()
+        self.removals += 1
         removed = 0
         subjects = self.subjects
         per_subject = self.count_live_from(self.first) - self.count_live_from(cutoff) > subjects.live
@@ -410,6 +415,7 @@ class Index:
 
     def remove_all(self) -> int:
         """Remove every live message; return how many."""
+        self.removals += 1
         removed = self.msgs
         for blk in self.blocks:
             if blk.nlive:

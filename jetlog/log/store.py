@@ -207,6 +207,12 @@ class MsgStore(Protocol):
         ``limit`` messages or ``max_bytes`` of payload and headers."""
         ...
 
+    def removal_mark(self) -> tuple[object, int]:
+        """A value that changes whenever a stored message may have stopped being live (removed,
+        purged, expired, truncated, the store reset). Equal marks before and after: every
+        message live at the first is still live, with the same content."""
+        ...
+
     def is_live(self, seq: int) -> bool:
         """Whether ``seq`` holds a message (not removed, not truncated)."""
         ...

@@ -426,6 +426,20 @@ class LeafIO:
                 e.max_payload,
             )
             raise
+        self._queue_frame(frame)
+        stats = self.stats
+        stats.msgs_out += 1
+        stats.bytes_out += len(hdr) + len(payload)
+
+    def publish_frame(self, frame: bytes, size: int) -> None:
+        """Queue a frame made by ``wire.encode_delivery`` (its size limit checked by the caller;
+        ``size``: header + payload bytes, for the counters). Raises like :meth:`publish`."""
+        self._queue_frame(frame)
+        stats = self.stats
+        stats.msgs_out += 1
+        stats.bytes_out += size
+
+    def _queue_frame(self, frame: bytes) -> None:
         if self._state is LinkState.CONNECTED:
             if not self._wbuf:
                 self._wbuf_since = time.monotonic()
@@ -445,9 +459,6 @@ class LeafIO:
                 )
             self._pending.append(frame)
             self._pending_bytes += len(frame)
-        stats = self.stats
-        stats.msgs_out += 1
-        stats.bytes_out += len(hdr) + len(payload)
 
     @property
     def pending_bytes(self) -> int:

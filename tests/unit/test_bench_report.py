@@ -35,10 +35,12 @@ def test_capture_lag_is_reported_for_plain_publishes() -> None:
         "pub-fire 128B": {
             "jetlog": [Result(1000.0, lag_ms=90.0), Result(900.0, lag_ms=110.0)],
             "nats": [Result(2000.0, lag_ms=20.0)],
+            "nats-sync": [Result(800.0)],
         },
         "pub-sync 128B": {"jetlog": [Result(10.0, 500.0)], "nats": [Result(20.0, 150.0)]},
     }
-    text = _report(results, ["jetlog", "nats"], argparse.Namespace(rounds=2, quick=False))
-    assert "pub-fire 128B: jetlog 100 ms, nats 20 ms." in text
+    results["pub-sync 128B"]["nats-sync"] = [Result(5.0, 900.0)]
+    text = _report(results, ["jetlog", "nats", "nats-sync"], argparse.Namespace(rounds=2, quick=False))
+    assert "pub-fire 128B: jetlog 100 ms, nats 20 ms, nats-sync \u2013 (not every message stored" in text
     assert "pub-sync 128B:" not in text
-    assert "| pub-fire 128B | 950 | 2,000 | 0.47 |" in text
+    assert "| pub-fire 128B | 950 | 2,000 | 800 | 0.47 |" in text

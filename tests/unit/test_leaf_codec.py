@@ -380,3 +380,24 @@ def test_frame_reply_reads_back_the_reply_of_an_encoded_frame(
     frame = leaf.encode_msg(subject, payload, reply, hdr, queues)
     assert leaf.frame_reply(frame) == (reply.encode() if reply else None)
     assert leaf.frame_reply(leaf.encode_sub("a.b")) is None
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(subject, subject, token, header_block, payload)
+def test_delivery_frames_are_encode_msg_frames(
+    target: str, subj: str, ack: str, hdr: bytes, data: bytes
+) -> None:
+    """The consumer's unchecked encoder writes exactly what the checked one writes, and the
+    parser reads back the ``ack@subject`` reply."""
+    frame = leaf.encode_delivery(target, ack.encode("utf-8", "surrogateescape"), subj, hdr, data)
+    reply = ack + "@" + subj
+    assert frame == leaf.encode_msg(target, data, reply, hdr)
+    assert parse_all(frame) == [(MSG, target, reply, hdr, data, ())]
+
+
+def test_delivery_frame_too_long_for_a_control_line() -> None:
+    ack = b"$JS.ACK.S.C.1.1.1.1.0"
+    assert leaf.encode_delivery("t", ack, "s." + "x" * 5000, b"", b"p", max_control_line=4096) is None
+    assert leaf.encode_delivery("t", ack, "s." + "x" * 70_000, b"", b"p") is None
+    frame = leaf.encode_delivery("t", ack, "s." + "x" * 4000, b"", b"p", max_control_line=4096)
+    assert frame is not None and len(frame.split(b"\r\n")[0]) <= 4096

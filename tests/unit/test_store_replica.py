@@ -380,3 +380,34 @@ async def test_max_raw_bounds_the_decompressed_size_of_a_reply(tmp_path: Path, k
     assert snapshot(fl) == snapshot(ld)
     await ld.close()
     await fl.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_removal_mark_moves_with_every_removal_and_truncation(tmp_path: Path, kind: str) -> None:
+    """Consumers skip per-message liveness checks while the mark is unchanged: it must move
+    whenever a message stops being live, and never for appends."""
+    st = await _store(kind, tmp_path / "S")
+    try:
+        for i in range(10):
+            st.append("a.b" if i % 2 else "a.c", b"", b"x%d" % i, 100 + i)
+        marks = [st.removal_mark()]
+        st.append_run(["a.b", "a.c"], [b"y", b"z"], 200)
+        st.skip(1)
+        assert st.removal_mark() == marks[-1]  # appends and skips remove nothing
+        st.remove(3)
+        marks.append(st.removal_mark())
+        st.purge("a.c", keep=1)
+        marks.append(st.removal_mark())
+        st.purge(None, seq=6)  # everything below 6
+        marks.append(st.removal_mark())
+        end = st.seal()
+        await st.flush()
+        st.append("a.b", b"", b"later", 300)
+        await st.truncate(end)  # drops the record above ``end``
+        marks.append(st.removal_mark())
+        st.purge(None)
+        marks.append(st.removal_mark())
+        assert len({(id(ix), n) for ix, n in marks}) == len(marks)
+        assert not st.is_live(st.last_seq)
+    finally:
+        await st.close()
