@@ -35,6 +35,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from crc32c import crc32c
+
 from jetlog.errors import StorageError
 from jetlog.log.segment import Segment, SegmentIO
 from jetlog.log.syncer import Syncer, SyncService
@@ -228,12 +230,14 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
     opened: list[tuple[Segment, int, int]] = []
     syncs = 0
     seg, fd, handle, size = job.seg, job.fd, job.handle, job.size
+    at = size  # where the staged ``bufs`` go
     bufs: list[bytes] = []
     try:
         for act in job.actions:
             if isinstance(act, Roll):
                 if bufs:
                     io.write(fd, bufs)
+                    note_written(seg, at, bufs)
                     bufs = []
                 # ORDER: the old segment is complete on disk before the new file exists.
                 await sync.fdatasync(handle)
@@ -248,10 +252,12 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
                 opened.append((act.new, new_fd, new_handle))
                 await sync.fsync(dir_handle)  # the new file's directory entry
                 seg, fd, handle, size = act.new, new_fd, new_handle, 0
+                at = 0
                 continue
             size = _stage(act, size, batch_pos, bufs)
         if bufs:
             io.write(fd, bufs)
+            note_written(seg, at, bufs)
         if job.sync:
             await sync.fdatasync(handle)
             syncs += 1
@@ -267,6 +273,27 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
         raise
     sizes.append((seg, size))
     return JobResult(batch_pos, sizes, opened, syncs)
+
+
+def note_written(seg: Segment, at: int, bufs: list[bytes]) -> None:
+    """Extend ``seg``'s running content CRC by ``bufs``, just written at offset ``at``.
+
+    The CRC is of the bytes this process wrote, never of bytes read back, so it cannot vouch
+    for damage on disk: a segment damaged after the write fails the CRC check at open and is
+    checked batch by batch. Writes not in order from the start (a segment opened from disk)
+    leave it unknown; the index file's CRC is then computed from the file (``maintenance``)."""
+    c = seg.wcrc
+    if c is None:
+        return
+    if at != seg.wlen:
+        seg.wcrc = None
+        return
+    n = 0
+    for b in bufs:
+        c = crc32c(b, c)
+        n += len(b)
+    seg.wcrc = c
+    seg.wlen = at + n
 
 
 def _stage(act: PendingBatch, size: int, batch_pos: list[int], bufs: list[bytes]) -> int:
@@ -295,6 +322,7 @@ def write_job(io: SegmentIO, job: Job) -> JobResult:
         size = _stage(act, size, batch_pos, bufs)
     if bufs:
         io.write(job.fd, bufs)
+        note_written(job.seg, job.size, bufs)
     return JobResult(batch_pos, [(job.seg, size)], [], 1 if job.sync else 0)
 
 

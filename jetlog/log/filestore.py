@@ -329,6 +329,7 @@ class FileStore(IndexedStore):
         self._close_batch()
         old = self._seg
         new = Segment(self.path, self._ix.last_seq + 1)
+        new.wcrc = 0  # created empty by the job that rolls (O_EXCL): every byte is ours
         self._queue.append(Roll(old, new))
         self._rolls += 1
         self._segs.append(new)

@@ -222,6 +222,7 @@ class Maintenance:
         seg.fd = res.fd
         st._fd_lru[seg] = None
         seg.size = res.size
+        seg.wcrc = None  # a new file: the running CRC described the old one
         seg.nrecords = len(d.seqs)
         seg.nlive = sum(b.nlive for b in blocks)
         seg.min_seq = d.seqs[0] if d.seqs else 0
@@ -294,10 +295,12 @@ def idx_snapshot(store: MaintenanceHost, seg: Segment) -> Callable[[], bytes]:
     covered, last_seq, last_ts, epoch, base = seg.size, seg.last_seq, seg.last_ts, store.epoch, seg.base
     rewritten = seg.rewritten
     io, path = store._io, seg.path
+    # The running CRC of the bytes as written, when they are all of the segment: no read-back.
+    written = seg.wcrc if seg.wcrc is not None and seg.wlen == covered else None
 
     def build() -> bytes:
         subjects = {s: names[s] for s in set(sid)}
-        crc = checked_content_crc(io, path, covered, batches, blast)
+        crc = written if written is not None else checked_content_crc(io, path, covered, batches, blast)
         return encode_idx(
             base,
             covered,

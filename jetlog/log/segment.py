@@ -276,6 +276,8 @@ class Segment:
         "size",
         "table",
         "ttl",
+        "wcrc",
+        "wlen",
     )
 
     def __init__(self, directory: str, base: int) -> None:
@@ -283,6 +285,11 @@ class Segment:
         self.base = base
         self.fd: int | None = None
         self.size = 0  # bytes written to the file
+        # CRC32C of the first ``wlen`` bytes, kept as this process writes them in order from
+        # offset 0 (a segment it created); None for a segment found on disk. It becomes the
+        # index file's content CRC without reading the segment back (see ``note_written``).
+        self.wcrc: int | None = None
+        self.wlen = 0
         self.nrecords = 0
         self.nlive = 0
         self.min_seq = 0

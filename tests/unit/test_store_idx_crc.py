@@ -113,3 +113,41 @@ async def test_version_2_index_files_are_still_used(tmp_path: Path) -> None:
         assert store.recovery.lost_seqs and store.recovery.quarantined
     finally:
         await store.close()
+
+
+async def test_segments_written_here_are_not_read_back_for_their_crc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment this process created and wrote from its first byte gets the CRC of the bytes
+    as written: its index is correct without reading the file back. Only the first segment
+    (found on disk at open) is read back."""
+    from jetlog.log import maintenance
+
+    read_back: list[str] = []
+    real = maintenance.checked_content_crc
+
+    def counting(io: object, path: str, *a: object) -> int | None:
+        read_back.append(Path(path).name)
+        return real(io, path, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(maintenance, "checked_content_crc", counting)
+    model = await _filled(tmp_path)
+    logs = _logs(tmp_path)
+    assert len(logs) >= 3
+    for log in logs[:-1]:  # sealed: each has its index file, with the right content crc
+        d = _idx_of(log)
+        assert d is not None and d.content_crc == crc32c(_read(log)[: d.covered])
+    assert read_back == [Path(logs[0]).name]
+    # Damage after the write is still found: the written crc does not match the file.
+    second = logs[1]
+    raw = bytearray(_read(second))
+    raw[len(raw) // 2] ^= 0x04
+    _write(second, bytes(raw))
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.lost_seqs and store.recovery.quarantined
+        for s in store.recovery.lost_seqs:
+            model.remove(s)
+        check_store(store, model)
+    finally:
+        await store.close()
