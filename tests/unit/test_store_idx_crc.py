@@ -24,6 +24,12 @@ def _idx_of(log: str) -> segmod.SegmentData | None:
     return decode_idx(_read(log[:-4] + ".idx"), base)
 
 
+def _flip_a_byte(log: str) -> None:
+    raw = bytearray(_read(log))
+    raw[len(raw) // 2] ^= 0x04
+    _write(log, bytes(raw))
+
+
 async def _filled(tmp_path: Path, n: int = 120) -> Model:
     store = await _open(tmp_path)
     model = Model()
@@ -65,10 +71,7 @@ async def test_clean_reopen_checks_one_crc_per_segment(
 
 async def test_a_flipped_byte_is_still_found(tmp_path: Path) -> None:
     model = await _filled(tmp_path)
-    first = _logs(tmp_path)[0]
-    raw = bytearray(_read(first))
-    raw[len(raw) // 2] ^= 0x04
-    _write(first, bytes(raw))
+    _flip_a_byte(_logs(tmp_path)[0])
     store = await _open(tmp_path)
     try:
         lost = store.recovery.lost_seqs
@@ -105,9 +108,7 @@ async def test_version_2_index_files_are_still_used(tmp_path: Path) -> None:
     # A version-2 index whose segment was damaged is found batch by batch, as before.
     first = _logs(tmp_path)[0]
     _write(first[:-4] + ".idx", _as_version_2(_read(first[:-4] + ".idx")))
-    raw = bytearray(_read(first))
-    raw[len(raw) // 2] ^= 0x04
-    _write(first, bytes(raw))
+    _flip_a_byte(first)
     store = await _open(tmp_path)
     try:
         assert store.recovery.lost_seqs and store.recovery.quarantined
@@ -139,10 +140,7 @@ async def test_segments_written_here_are_not_read_back_for_their_crc(
         assert d is not None and d.content_crc == crc32c(_read(log)[: d.covered])
     assert read_back == [Path(logs[0]).name]
     # Damage after the write is still found: the written crc does not match the file.
-    second = logs[1]
-    raw = bytearray(_read(second))
-    raw[len(raw) // 2] ^= 0x04
-    _write(second, bytes(raw))
+    _flip_a_byte(logs[1])
     store = await _open(tmp_path)
     try:
         assert store.recovery.lost_seqs and store.recovery.quarantined
