@@ -354,6 +354,7 @@ class Consumer(ConsumerDelivery):
         budget = PASS_BUDGET
         pending = -1
         p = self.p
+        interest_seen = False  # interest cannot change during a pass: check it once, when needed
         while budget:
             if p.flow_control and self._fc_sent >= self._fc_window:
                 return False  # stalled until the client answers the FC request
@@ -362,9 +363,11 @@ class Consumer(ConsumerDelivery):
                 return False
             if p.replay_original and not redelivery and not self._replay_ok(m, now):
                 return False
-            if not self._has_push_interest():
-                self.active = False
-                return False
+            if not interest_seen:
+                if not self._has_push_interest():
+                    self.active = False
+                    return False
+                interest_seen = True
             if pending < 0:
                 pending = self.num_pending()
             if not redelivery:
