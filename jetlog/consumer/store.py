@@ -95,10 +95,17 @@ class _Replay:
     next_cid: int = 1
 
 
+_U32 = struct.Struct("<I")
+_LEN_TYPE = struct.Struct("<IB")
+# The two records written per delivered and acknowledged message, packed in one call each
+# (length, type and payload: what ``_record`` builds from the parts).
+_DELIVER_TAIL = struct.Struct("<IBIQq")
+_ACK_TAIL = struct.Struct("<IBIQQ")
+
+
 def _record(rtype: int, payload: bytes) -> bytes:
-    body = bytes([rtype]) + payload
-    head = struct.pack("<I", len(body))
-    return struct.pack("<I", crc32c(head + body)) + head + body
+    tail = _LEN_TYPE.pack(len(payload) + 1, rtype) + payload
+    return _U32.pack(crc32c(tail)) + tail
 
 
 def encode_snapshot(cid: int, st: ConsumerState, pause_until: int) -> bytes:
@@ -332,10 +339,12 @@ class ConsumerLog:
         self._append(_record(START, _CID_SEQ.pack(cid, sseq)))
 
     def deliver(self, cid: int, sseq: int, ts: int) -> None:
-        self._append(_record(DELIVER, _CID_SEQ_TS.pack(cid, sseq, ts)))
+        tail = _DELIVER_TAIL.pack(1 + _CID_SEQ_TS.size, DELIVER, cid, sseq, ts)
+        self._append(_U32.pack(crc32c(tail)) + tail)
 
     def ack(self, cid: int, sseq: int, dseq: int) -> None:
-        self._append(_record(ACK, _CID_SEQ_SEQ.pack(cid, sseq, dseq)))
+        tail = _ACK_TAIL.pack(1 + _CID_SEQ_SEQ.size, ACK, cid, sseq, dseq)
+        self._append(_U32.pack(crc32c(tail)) + tail)
 
     def drop(self, cid: int, sseq: int) -> None:
         self._append(_record(DROP, _CID_SEQ.pack(cid, sseq)))
