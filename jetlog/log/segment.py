@@ -19,7 +19,8 @@ at least ``covered`` bytes long, and every listed batch position holds a valid b
         base u64 | covered u64 (segment bytes described) |
         n_records u32 | n_ops u32 | n_batches u32 | n_subjects u32 | n_ttl u32 |
         last_seq u64 | last_ts i64 | epoch u64 | content crc u32 (CRC32C of the segment's
-        first ``covered`` bytes, computed only from bytes whose batches were checked)
+        first ``covered`` bytes, computed only from bytes whose batches were checked, or
+        from the bytes as written for a segment the process wrote from its first byte)
     columns: seqs Q[n] | ts q[n] | pos I[n] | aux I[n] | size I[n] | subject index I[n] |
         ttl entry index I[n_ttl] | ttl expiry q[n_ttl] | ops Q[2*n_ops] | batch offsets Q[n_batches] |
         batch last_seqs Q[n_batches] (``positions.NULL_LAST`` for null batches) |

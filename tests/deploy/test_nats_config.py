@@ -320,7 +320,7 @@ async def test_app_user(upstream: Upstream) -> None:
                 subject,
                 app.violations(),
             )
-        await apoll(lambda: any(m.subject == "probe.done" for m in seen), 2, "probe.done at jetlog")
+        await apoll(lambda: any(m.subject == "probe.done" for m in seen), 5, "probe.done at jetlog")
         internal_seen = [m.subject for m in seen if m.subject.startswith("$JETLOG.")]
         assert not [s for s in internal_seen if not s.startswith("$JETLOG.API.")], internal_seen
         assert app.nc.is_connected, "a permissions violation must not close the app's connection"
@@ -343,7 +343,7 @@ async def test_app_user(upstream: Upstream) -> None:
         await jetlog.nc.publish("$JS.ACK.ORDERS.c.1.1.1.0.0", b"")
         await jetlog.nc.publish("orders.marker", b"")
         await jetlog.nc.flush()
-        await apoll(lambda: any(m.subject == "orders.marker" for m in wide), 2, "orders.marker at app")
+        await apoll(lambda: any(m.subject == "orders.marker" for m in wide), 5, "orders.marker at app")
         leaked = [m.subject for m in wide if m.subject.startswith(("$JETLOG.", "$JS.API.", "$JS.ACK."))]
         assert leaked == []
         assert app.nc.is_connected
@@ -363,7 +363,7 @@ async def test_jetlog_user(upstream: Upstream) -> None:
             await jetlog.nc.publish(subject, b"x")
         await jetlog.nc.publish("_INBOX.anyone.1", b"reply")  # deliveries/replies go anywhere
         await jetlog.nc.flush()
-        await apoll(lambda: len(got) == 3, 2, "jetlog to receive its own internal messages")
+        await apoll(lambda: len(got) == 3, 5, "jetlog to receive its own internal messages")
         assert [m.subject for m in got] == ["$JETLOG.jetlog.R.n1", "$JETLOG.jetlog.HB", "$JS.API.INFO"]
         assert jetlog.errors == []
     finally:
