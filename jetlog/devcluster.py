@@ -132,9 +132,7 @@ class LocalCluster:
                 name, entry["raft_port"], entry["http_port"], os.path.join(self.root, name)
             )
         if changed:
-            with open(layout_path + ".tmp", "w") as f:
-                json.dump({"cluster": self.cluster_name, "nodes": layout}, f, indent=1)
-            os.replace(layout_path + ".tmp", layout_path)
+            self._save_layout()
         if os.path.exists(secret_path):
             with open(secret_path) as f:
                 self.secret = f.read().strip()
@@ -178,7 +176,41 @@ class LocalCluster:
         )
 
     async def start_node(self, name: str, timeout: float = 60.0, extra: list[str] | None = None) -> None:
-        """Start one node and wait for its ``ready`` line."""
+        """Start one node and wait for its ``ready`` line.
+
+        The monitoring port was free when the layout was made; since then the kernel may have
+        handed it to another socket as an ephemeral port (an outgoing connection's). A node
+        that exits because of that gets a new monitoring port (saved in the layout) and one
+        more start, twice at most. The Raft port is every member's peer address and stays."""
+        for attempt in range(3):
+            try:
+                await self._start_node_once(name, timeout, extra)
+                return
+            except RuntimeError as e:
+                m = self.members[name]
+                taken = f"('127.0.0.1', {m.http_port}): address already in use"
+                if attempt == 2 or taken not in str(e):
+                    raise
+                old, m.http_port = m.http_port, free_port()
+                log.warning(
+                    "node %s: monitoring port %d taken meanwhile; retrying on %d", name, old, m.http_port
+                )
+                self._save_layout()
+
+    def _save_layout(self) -> None:
+        layout_path = os.path.join(self.root, "cluster.json")
+        nodes: dict[str, dict[str, int]] = {}
+        if os.path.exists(layout_path):
+            with open(layout_path) as f:
+                nodes = json.load(f).get("nodes", {})
+        nodes.update(
+            {m.name: {"raft_port": m.raft_port, "http_port": m.http_port} for m in self.members.values()}
+        )
+        with open(layout_path + ".tmp", "w") as f:
+            json.dump({"cluster": self.cluster_name, "nodes": nodes}, f, indent=1)
+        os.replace(layout_path + ".tmp", layout_path)
+
+    async def _start_node_once(self, name: str, timeout: float, extra: list[str] | None) -> None:
         m = self.members[name]
         env = {
             **os.environ,
