@@ -39,6 +39,11 @@ EVENT_SLICE = 1024
 DENIED_PREFIXES = ("$JS.API.", "$KV.", "$OBJ.")
 
 
+def _sole_run_sub(subs: list[LeafSubscription]) -> LeafSubscription | None:
+    """The subscription that takes runs, when it is the only one ``subs`` holds."""
+    return subs[0] if len(subs) == 1 and subs[0].run_cb is not None else None
+
+
 class LeafIO:
     """State, reading, writing, subscriptions and interest of a leaf link. Not used on its own:
     create a :class:`~jetlog.transport.leaf.LeafConnection` (its arguments are documented there).
@@ -208,6 +213,7 @@ class LeafIO:
         run: list[wire.Event] = []
         run_sub: LeafSubscription | None = None
         last_subject = None
+        subs: list[LeafSubscription] = []
         sole: LeafSubscription | None = None
         for i in range(start, end):
             ev = events[i]
@@ -215,15 +221,22 @@ class LeafIO:
                 subject = ev[1]
                 if subject != last_subject:
                     last_subject = subject
-                    sole = self._sole_run_sub(subject)
+                    subs = self._subs.match(subject)
+                    sole = _sole_run_sub(subs)
                     if run and sole is not run_sub:
                         self._run(run_sub, run)  # type: ignore[arg-type]
                         run = []
-                        sole = self._sole_run_sub(subject)
+                        subs = self._subs.match(subject)
+                        sole = _sole_run_sub(subs)
                 if sole is not None:
                     run_sub = sole
                     run.append(ev)
                     continue
+                # ``run`` is empty here (a run ends above when a message is not for it), and no
+                # callback ran since ``subs`` was matched: hand it over without a second match.
+                last_subject = None  # its callbacks may change the subscriptions
+                self._dispatch(subject, ev[2], ev[3], ev[4], ev[5], subs)
+                continue
             if run:
                 self._run(run_sub, run)  # type: ignore[arg-type]
                 run = []
@@ -254,12 +267,20 @@ class LeafIO:
         self._on_events(proto, events, start)
 
     def _dispatch(
-        self, subject: str, reply: str | None, hdr: bytes, payload: bytes, queues: tuple[str, ...]
+        self,
+        subject: str,
+        reply: str | None,
+        hdr: bytes,
+        payload: bytes,
+        queues: tuple[str, ...],
+        subs: list[LeafSubscription] | None = None,
     ) -> None:
+        """Hand one message to its subscriptions (``subs``: their match, if just made)."""
         stats = self.stats
         stats.msgs_in += 1
         stats.bytes_in += len(hdr) + len(payload)
-        subs = self._subs.match(subject)
+        if subs is None:
+            subs = self._subs.match(subject)
         if not subs:
             return
         if not self._has_queue_subs:
@@ -281,10 +302,6 @@ class LeafIO:
         for members in picked.values():
             self._rr += 1
             self._call(members[self._rr % len(members)], subject, reply, hdr, payload)
-
-    def _sole_run_sub(self, subject: str) -> LeafSubscription | None:
-        subs = self._subs.match(subject)
-        return subs[0] if len(subs) == 1 and subs[0].run_cb is not None else None
 
     def _run(self, s: LeafSubscription, run: list[wire.Event]) -> None:
         stats = self.stats
