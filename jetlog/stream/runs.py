@@ -28,7 +28,8 @@ from jetlog.stream.seams import FOLLOWER, Outbound, Replication, StreamStats
 
 log = logging.getLogger("jetlog.stream")
 
-_U64 = (1 << 64) - 1
+U64 = (1 << 64) - 1
+"""Sequences are u64 on disk: the highest one a stream can assign."""
 
 CapturedMsg = tuple[Any, str, "str | None", bytes, bytes, Any]
 """A leaf link ``MSG`` event: ``(kind, subject, reply, header block, payload, queues)``."""
@@ -64,7 +65,7 @@ class StreamRuns(StreamLimits):
             or p.discard_new
             or p.transform is not None
             or p.republish is not None
-            or self.store.last_seq + len(events) >= _U64
+            or self.store.last_seq + len(events) >= U64
         )
         repl = self.repl
         if not slow and repl is not None:

@@ -27,7 +27,7 @@ from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.stream.dedup import DedupWindow, warm_up
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
-from jetlog.stream.runs import StreamRuns
+from jetlog.stream.runs import U64, StreamRuns
 from jetlog.stream.seams import (
     FOLLOWER,
     LEADER,
@@ -375,7 +375,7 @@ class Stream(StreamRuns):
         p = self.policy
         if p.sealed:
             raise E.STREAM_SEALED()
-        if self.store.last_seq >= _U64:
+        if self.store.last_seq >= U64:
             # Sequences are u64 on disk. nats-server wraps around to 0 here (and its state
             # stops making sense); jetlog refuses instead of failing every later publish.
             raise E.STREAM_STORE_FAILED(err="stream sequence space exhausted")
@@ -578,9 +578,6 @@ class Stream(StreamRuns):
         return self.store.load(seq)
 
 
-_U64 = (1 << 64) - 1
-
-
 def _expected_seq(value: str | None) -> int | None:
     """An ``Nats-Expected-Last-*Sequence`` value as nats-server reads it (``parseInt64`` cast to
     uint64): ``None`` when absent or empty; a value that is not all ASCII digits is -1, i.e.
@@ -590,8 +587,8 @@ def _expected_seq(value: str | None) -> int | None:
     n = 0
     for ch in value:
         if not "0" <= ch <= "9":
-            return _U64
-        n = (n * 10 + ord(ch) - 48) & _U64  # int64 arithmetic wraps; the cast reads it unsigned
+            return U64
+        n = (n * 10 + ord(ch) - 48) & U64  # int64 arithmetic wraps; the cast reads it unsigned
     return n
 
 

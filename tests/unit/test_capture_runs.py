@@ -19,6 +19,7 @@ from jetlog.log import FileStore, MemStore
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
 from jetlog.stream.stream import FOLLOWER, LEADER, Stream
 from jetlog.wire import leaf as wire
+from tests.unit.test_stream_demote import Out
 
 SUBJECTS = ["s.a", "s.b", "s.c.d"]
 HDR = b"NATS/1.0\r\nX: y\r\n\r\n"
@@ -114,14 +115,6 @@ def test_append_run_stores_what_append_stores(runs: list[Any], compression: bool
 
 
 # ---- the stream ---------------------------------------------------------------------------
-
-
-class Out:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes]] = []
-
-    def send(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
-        self.sent.append((subject, payload))
 
 
 class Repl:
