@@ -181,7 +181,7 @@ class Injector:
         dropped = 0
         if f.kind in ("kill", "powerloss"):
             if f.kind == "powerloss":
-                cut = drop_unsynced(self.ledger_dir, self.cluster.members[node].data_dir)
+                cut = drop_unsynced(self.ledger_dir, self.cluster.members[node].data_dir, self.rng)
                 dropped = sum(d.size - d.durable for d in cut)
             await self.cluster.start_node(node, timeout=60)
         elif f.kind == "stop":

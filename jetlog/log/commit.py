@@ -26,11 +26,23 @@ Crash ordering:
   and before anything written to the new file is reported durable. A job holding a roll is
   never pipelined: it starts when nothing else is in flight and the next job starts after it
   is committed (``run_job``); jobs without one are written by ``write_job``.
+- Preallocation (``reserve``): the writer segment is extended ahead of its data with
+  ``posix_fallocate``, ``PREALLOC`` at a time. An ``fdatasync`` of an append that grows the file
+  must commit the new size to the file system's journal; one inside allocated space does not
+  (188 vs 124 µs per 200-byte synchronous append on the test machine's ext4). The space past the
+  data reads as zeros, so after a crash the last segment can end in zeros, and pages of an
+  unsynced tail may have reached the disk in any order (zeros, then data). Recovery calls an
+  invalid tail with a zero-filled sector in it torn (``records.scan``); none of it was
+  acknowledged, since a sync covering any of it would have made the zeros before it durable
+  too. A segment is cut back to its data (``ftruncate``) and fsynced at its roll, before the
+  next file exists, and the writer at a clean close: a sealed segment always ends at its last
+  batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -40,7 +52,13 @@ from crc32c import crc32c
 from jetlog.errors import StorageError
 from jetlog.log.segment import Segment, SegmentIO
 from jetlog.log.syncer import Syncer, SyncService
+from jetlog.log.syncledger import LEDGER
 from jetlog.wire import records as rc
+
+log = logging.getLogger("jetlog.store")
+
+PREALLOC = 1 << 20
+"""The writer segment is preallocated this far past the data written (see ``reserve``)."""
 
 # Compressed stores compress on the loop: zstd level 3 runs ~300 MB/s here (a full 1 MiB batch is
 # ~4 ms of loop time), while a thread's result can take seconds to reach a busy loop (measured in
@@ -212,6 +230,8 @@ class Job(NamedTuple):
     size: int
     sync: bool
     rolls: bool = False
+    cap: int = 0
+    """Preallocate a segment up to this size at most (the store's segment size); 0: never."""
 
 
 class JobResult(NamedTuple):
@@ -236,14 +256,21 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
         for act in job.actions:
             if isinstance(act, Roll):
                 if bufs:
-                    io.write(fd, bufs)
+                    reserve(io, seg, fd, at, size, job.cap)
+                    io.write(fd, bufs, at)
                     note_written(seg, at, bufs)
                     bufs = []
-                # ORDER: the old segment is complete on disk before the new file exists.
-                await sync.fdatasync(handle)
+                # ORDER: the old segment is complete on disk, and ends at its last batch
+                # (preallocated space cut off), before the new file exists.
+                if seg.alloc > size:
+                    io.truncate(fd, size)
+                    seg.alloc = 0
+                    await sync.fsync(handle)  # the size change too, not only the data
+                else:
+                    await sync.fdatasync(handle)
                 syncs += 1
                 sizes.append((seg, size))
-                new_fd = io.open(act.new.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+                new_fd = io.open(act.new.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
                 try:
                     new_handle = sync.register(new_fd)
                 except BaseException:
@@ -256,7 +283,8 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
                 continue
             size = _stage(act, size, batch_pos, bufs)
         if bufs:
-            io.write(fd, bufs)
+            reserve(io, seg, fd, at, size, job.cap)
+            io.write(fd, bufs, at)
             note_written(seg, at, bufs)
         if job.sync:
             await sync.fdatasync(handle)
@@ -275,6 +303,24 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
     return JobResult(batch_pos, sizes, opened, syncs)
 
 
+def reserve(io: SegmentIO, seg: Segment, fd: int, at: int, end: int, cap: int) -> None:
+    """Before writing ``[at, end)`` to the writer ``seg``: preallocate the file past ``end``
+    when the write would go beyond what is allocated (``PREALLOC`` more, up to ``cap``). A
+    file system that cannot preallocate (or is full) is written without: the failure is
+    logged once per segment and the write itself decides."""
+    if end <= seg.alloc or seg.alloc < 0 or end >= cap:
+        return
+    start = max(at, seg.alloc)
+    target = min(end + PREALLOC, cap)
+    try:
+        io.preallocate(fd, start, target - start)
+    except OSError as exc:
+        seg.alloc = -1
+        log.info("segment %s: not preallocated (%s); appending without", seg.path, exc)
+        return
+    seg.alloc = target
+
+
 def note_written(seg: Segment, at: int, bufs: list[bytes]) -> None:
     """Extend ``seg``'s running content CRC by ``bufs``, just written at offset ``at``.
 
@@ -282,6 +328,8 @@ def note_written(seg: Segment, at: int, bufs: list[bytes]) -> None:
     for damage on disk: a segment damaged after the write fails the CRC check at open and is
     checked batch by batch. Writes not in order from the start (a segment opened from disk)
     leave it unknown; the index file's CRC is then computed from the file (``maintenance``)."""
+    if LEDGER is not None:  # test-only: the size a sync now covers (see ``syncledger``)
+        LEDGER.wrote(seg.path, at + sum(len(b) for b in bufs))
     c = seg.wcrc
     if c is None:
         return
@@ -321,7 +369,8 @@ def write_job(io: SegmentIO, job: Job) -> JobResult:
         assert isinstance(act, PendingBatch)
         size = _stage(act, size, batch_pos, bufs)
     if bufs:
-        io.write(job.fd, bufs)
+        reserve(io, job.seg, job.fd, job.size, size, job.cap)
+        io.write(job.fd, bufs, job.size)
         note_written(job.seg, job.size, bufs)
     return JobResult(batch_pos, [(job.seg, size)], [], 1 if job.sync else 0)
 

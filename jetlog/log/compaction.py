@@ -195,7 +195,7 @@ def rewrite_segment(
     itmp = idx_path + ".tmp"
     fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        io.write(fd, out)
+        io.write(fd, out, 0)
         io.sync(fd)
     finally:
         io.close(fd)
@@ -221,7 +221,7 @@ def rewrite_segment(
     )
     fd = io.open(itmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        io.write(fd, [blob])
+        io.write(fd, [blob], 0)
         io.sync(fd)
     finally:
         io.close(fd)

@@ -98,6 +98,7 @@ class FileStore(IndexedStore):
         self._compressed = compression
         self._always = fsync == "always"
         self._segment_bytes = segment_bytes
+        self._prealloc_cap = segment_bytes  # the writer is preallocated up to this (``commit``)
         self._sync_interval = int(sync_interval * 1e9)  # ns
         self._auto = (auto_compact, compact_threshold)
         # never below an epoch this store already knows (a leader must not reuse one)
@@ -124,7 +125,7 @@ class FileStore(IndexedStore):
         self._segs: list[Segment] = rec.segments
         self._seg = self._segs[-1]
         self._wseg = self._seg
-        self._seg.fd = self._io.open(self._seg.path, os.O_RDWR | os.O_APPEND)
+        self._seg.fd = self._io.open(self._seg.path, os.O_RDWR)
         try:
             self._ss = StoreSync(self._io, self._service, self.path, self._seg.fd, self._owned)
         except BaseException:
@@ -497,7 +498,16 @@ class FileStore(IndexedStore):
                 await self._fl.task
             await self._maint.indexes_written()
             await self._maint.stop()
-            if self._failed is None and self._fl.unsynced and self._wseg.fd is not None:
+            w = self._wseg
+            if self._failed is None and w.fd is not None and w.alloc > w.size:
+                # A preallocated writer ends at its data again. Not synced for that: if the
+                # cut is lost, recovery cuts the zero tail itself.
+                try:
+                    self._io.truncate(w.fd, w.size)
+                    w.alloc = 0
+                except OSError as exc:
+                    log.warning("could not cut %s back to its data: %s", w.path, exc)
+            if self._failed is None and self._fl.unsynced and w.fd is not None:
                 try:  # interval mode: what was written since the last sync becomes durable now
                     await self._ss.sync_writer()
                 except OSError as exc:

@@ -90,6 +90,7 @@ class FlusherHost(Protocol):
     _compressed: bool
     _cctx: zstandard.ZstdCompressor | None
     _sync_interval: int
+    _prealloc_cap: int
     _failed: BaseException | None
     _wseg: Segment
     _queue: list[PendingBatch | Roll]
@@ -299,7 +300,18 @@ class Flusher:
         fd = wseg.fd
         assert fd is not None
         # SIZES: starts at the written size, which counts jobs still in flight.
-        job = Job(self.jobs_taken, actions, st._ix.last_seq, wseg, fd, st._ss.writer, self.wsize, sync, rolls)
+        job = Job(
+            self.jobs_taken,
+            actions,
+            st._ix.last_seq,
+            wseg,
+            fd,
+            st._ss.writer,
+            self.wsize,
+            sync,
+            rolls,
+            st._prealloc_cap,
+        )
         return Flight(job, recs)
 
     # ---- completion -----------------------------------------------------------------------

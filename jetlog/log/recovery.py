@@ -8,9 +8,11 @@ Per segment, in base order:
    sealed segment) write a fresh index.
 2. For the last segment, always scan what lies beyond the index (the index is written at close;
    later appends go after it).
-3. A torn tail (an incomplete batch, or garbage that holds nothing valid, at the end of the last
-   segment, beyond any region an index proved complete) is what a crash leaves: truncate it
-   (ftruncate + fsync). It was never acknowledged: acks follow the fsync that covers them.
+3. A torn tail (an incomplete batch, garbage that holds nothing valid, or an invalid batch where
+   a write never reached the disk — the writer is preallocated, so that reads as a zero-filled
+   sector, possibly with valid batches after it — at the end of the last segment, beyond any
+   region an index proved complete) is what a crash leaves: truncate it (ftruncate + fsync).
+   It was never acknowledged: acks follow the fsync that covers them.
 4. Anything else invalid is corruption: quarantine the segment — salvage every valid batch
    (before *and* after the damage, resynchronising on the batch magic) into a rewritten segment,
    move the original to ``quarantine/``, report the sequences of the unreadable region as lost.
@@ -206,9 +208,9 @@ def _write_empty(path: str, seg: Segment, io: SegmentIO, data: SegmentData) -> N
     """Create the segment file holding one header-only batch that records ``base - 1`` as the
     last sequence (so an empty store remembers its first sequence)."""
     batch = rc.encode_batch([], [], base_seq=seg.base - 1, last_seq=seg.base - 1, last_ts=0)
-    fd = io.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+    fd = io.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        io.write(fd, [batch])
+        io.write(fd, [batch], 0)
         io.sync(fd)
     finally:
         io.close(fd)
@@ -339,7 +341,7 @@ def _quarantine(
     fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
         if salvaged:
-            io.write(fd, [salvaged])
+            io.write(fd, [salvaged], 0)
         io.sync(fd)
     finally:
         io.close(fd)
@@ -411,7 +413,7 @@ def write_idx_file(seg: Segment, io: SegmentIO, blob: bytes) -> None:
     tmp = os.path.join(seg.dir, idx_name(seg.base) + ".tmp")
     fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        io.write(fd, [blob])
+        io.write(fd, [blob], 0)
         io.sync(fd)
     finally:
         io.close(fd)

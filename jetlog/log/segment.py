@@ -87,8 +87,13 @@ class SegmentIO(Protocol):
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
 
-    def write(self, fd: int, bufs: list[bytes]) -> None:
-        """Write every buffer (in order) at the end of the file, or raise ``OSError``."""
+    def write(self, fd: int, bufs: list[bytes], at: int) -> None:
+        """Write every buffer (in order) starting at offset ``at``, or raise ``OSError``."""
+        ...
+
+    def preallocate(self, fd: int, offset: int, length: int) -> None:
+        """Allocate ``[offset, offset + length)`` (extending the file size), or raise
+        ``OSError`` (the caller then writes without preallocation)."""
         ...
 
     def sync(self, fd: int) -> None:
@@ -112,20 +117,26 @@ class OsIO:
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
 
-    def write(self, fd: int, bufs: list[bytes]) -> None:
-        # writev in chunks (IOV_MAX is 1024 on Linux); a short write is retried from where it
-        # stopped, an error propagates (and fails the store).
+    def write(self, fd: int, bufs: list[bytes], at: int) -> None:
+        # pwritev in chunks (IOV_MAX is 1024 on Linux); a short write is retried from where it
+        # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
+        # file may be preallocated past the data (``preallocate``).
         i = 0
         while i < len(bufs):
             chunk = bufs[i : i + 512]
             want = sum(len(b) for b in chunk)
-            done = os.writev(fd, chunk)
+            done = os.pwritev(fd, chunk, at)
+            at += done
             if done != want:
                 rest = b"".join(chunk)[done:]
                 while rest:
-                    n = os.write(fd, rest)
+                    n = os.pwrite(fd, rest, at)
                     rest = rest[n:]
+                    at += n
             i += 512
+
+    def preallocate(self, fd: int, offset: int, length: int) -> None:
+        os.posix_fallocate(fd, offset, length)
 
     def sync(self, fd: int) -> None:
         os.fdatasync(fd)
@@ -212,7 +223,8 @@ def read_record(
         # Consumers read sequentially: one pread per chunk instead of one per record. Records
         # never change in place (a rewrite bumps ``seg.gen``), so a cached chunk is valid as long
         # as it covers the record; a chunk read near the end of the active segment may be short
-        # and is simply read again once later records are needed.
+        # and is simply read again once later records are needed. A preallocated writer's
+        # chunk stops at its committed size: the zeros past it are not records yet.
         c = pos // CHUNK
         off = pos - c * CHUNK
         if off + aux > CHUNK:
@@ -220,7 +232,8 @@ def read_record(
         key = (seg.base, seg.gen, c)
         buf = chunks.get(key)
         if buf is None or off + aux > len(buf):
-            buf = chunks[key] = io.pread(fd, CHUNK, c * CHUNK)
+            want = CHUNK if seg.alloc <= 0 else max(0, min(CHUNK, seg.size - c * CHUNK))
+            buf = chunks[key] = io.pread(fd, want, c * CHUNK)
             if len(chunks) > CHUNK_CACHE:
                 chunks.popitem(last=False)
             if off + aux > len(buf):
@@ -255,6 +268,7 @@ class Segment:
     """
 
     __slots__ = (
+        "alloc",
         "base",
         "batches",
         "blast",
@@ -286,6 +300,9 @@ class Segment:
         self.base = base
         self.fd: int | None = None
         self.size = 0  # bytes written to the file
+        # The file size this process preallocated it to (``commit.reserve``), past ``size``
+        # while it is the writer; 0 when not preallocated, -1 when preallocation failed.
+        self.alloc = 0
         # CRC32C of the first ``wlen`` bytes, kept as this process writes them in order from
         # offset 0 (a segment it created); None for a segment found on disk. It becomes the
         # index file's content CRC without reading the segment back (see ``note_written``).

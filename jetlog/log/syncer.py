@@ -195,7 +195,7 @@ class _Req:
         self.h = h
         self.fut = fut
         # Test-only sync ledger: the file size when requested = what this sync makes durable.
-        self.size = os.fstat(h.fd).st_size if h.path is not None else 0
+        self.size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
 
 
 # Syncer states
@@ -289,7 +289,7 @@ class Syncer:
         if t0 < self._inline_off_until:
             return False
         h = self._handles[handle]
-        size = os.fstat(h.fd).st_size if h.path is not None else 0
+        size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
         self.stats["syncs"] += 1
         try:
             os.fdatasync(h.fd)

@@ -7,6 +7,8 @@ and each process appends lines ``<ns> R|S <size> <path>`` to ``<dir>/<pid>.ledge
 * ``R`` — registered with this size (the writer of a store that was just opened or created:
   its content is taken as on disk; after a simulated power loss it is exactly what survived).
 * ``S`` — a sync requested when the file had this size succeeded: every byte below it is durable.
+  A segment's size is the end of the data its writer wrote (``wrote``), not the file's size,
+  which preallocation puts past it.
 
 The line is written (``O_APPEND``, one ``write``) before the sync's future completes, so
 before anything it covers is acknowledged. A ``kill -9`` keeps it (page cache), and a line lost
@@ -30,6 +32,16 @@ class Ledger:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"{os.getpid()}.ledger")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._written: dict[str, int] = {}
+
+    def wrote(self, path: str, end: int) -> None:
+        """A segment writer wrote data up to ``end`` (positional writes set, never raise it)."""
+        self._written[path] = end
+
+    def size_of(self, path: str, fd: int) -> int:
+        """What a sync of ``fd`` (at ``path``) requested now makes durable."""
+        end = self._written.get(path)
+        return end if end is not None else os.fstat(fd).st_size
 
     @staticmethod
     def path_of(fd: int) -> str | None:
@@ -43,6 +55,8 @@ class Ledger:
 
     def note(self, kind: str, size: int, path: str) -> None:
         """Append one line (see the module docstring)."""
+        if kind == "R":
+            self._written.pop(path, None)  # a (re)opened writer starts from the file as it is
         os.write(self._fd, f"{time.time_ns()} {kind} {size} {path}\n".encode())
 
 

@@ -486,6 +486,33 @@ def find_next_batch(buf: bytes | bytearray | memoryview, start: int, *, verify: 
     return -1
 
 
+SECTOR = 512
+
+
+def lost_write(buf: bytes | bytearray | memoryview, p: int, end: int) -> bool:
+    """Whether the invalid batch at ``p`` (whose bytes end at ``end``) shows a write that never
+    reached the disk: a sector overlapping it that is all zeros from ``p`` on (to the end of
+    ``buf`` at most)."""
+    data = buf if isinstance(buf, bytes | bytearray) else bytes(buf)
+    n = len(data)
+    for s in range(p // SECTOR * SECTOR, min(end, n), SECTOR):
+        lo = max(s, p)
+        hi = min(s + SECTOR, n)
+        if data.count(0, lo, hi) == hi - lo:
+            return True
+    return False
+
+
+def _extent(buf: bytes | bytearray | memoryview, p: int) -> int:
+    """Where the invalid batch at ``p`` ends: at its own size when its header is intact (a
+    missing write that explains a bad body lies inside the batch), else after its header."""
+    try:
+        h = decode_header(buf, p)
+    except BatchError:
+        return p + HEADER_SIZE
+    return p + h.size
+
+
 def scan(
     buf: bytes | bytearray | memoryview, offset: int = 0, *, complete_to: int = 0, verify: bool = True
 ) -> ScanResult:
@@ -494,8 +521,13 @@ def scan(
     ``complete_to`` is a length the caller knows was fully written (e.g. an index file proved
     it): any problem before it is corruption, never a torn tail. ``verify`` checks body CRCs.
 
-    Torn vs corrupt (a crash can only leave an *incomplete* tail, since writes are appends):
+    Torn vs corrupt (a crash can only leave an *incomplete* tail: what was written after the
+    last sync, in a file preallocated with zeros past it, whose pages may have reached the disk
+    in any order):
     - fewer bytes than a header, or a valid header whose body runs past the end: torn;
+    - beyond ``complete_to``, an invalid batch where a write went missing (a 512-byte sector
+      overlapping its header, or its body when the header is intact, zero from the batch on):
+      torn, even with valid batches after it (pages written out of order);
     - an invalid header with no valid batch after it: torn if the rest is zeros or its magic
       is not intact (garbage a power loss may leave), corrupt if the magic is intact (a header
       that was written whole and then damaged);
@@ -527,6 +559,13 @@ def _classify(
     verify: bool,
 ) -> ScanResult:
     nxt = find_next_batch(buf, p + 1, verify=verify)
+    if p >= complete_to and lost_write(buf, p, _extent(buf, p)):
+        # CRASH: the tail after the last sync, with a sector that never reached the disk. No
+        # batch from here on was acknowledged: a sync covering any of them would have made
+        # that sector durable too. (Damage that zeroes a whole sector of synced data beyond
+        # the index-proven region looks the same and is cut as well: the price of a
+        # preallocated writer, bounded by ``complete_to``.)
+        return ScanResult(batches, p, TORN, "unsynced tail (a zero-filled sector)", -1)
     if nxt >= 0:
         return ScanResult(batches, p, CORRUPT, err.reason, nxt)
     if p < complete_to:

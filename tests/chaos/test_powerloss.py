@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -33,10 +34,34 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(store: str, ledger: str, n: int) -> int:
+CRASH = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from jetlog.log import FileStore
+
+    async def main():
+        st = await FileStore.open(sys.argv[1])
+        for i in range(100):
+            st.append("s.x", b"", b"d%d-" % i + b"x" * 200, ts=i + 1)
+        await st.close()
+        # interval mode, no sync due for an hour: written to the (preallocated) file, not synced
+        st = await FileStore.open(sys.argv[1], fsync="interval", sync_interval=3600)
+        for i in range(100, 200):
+            st.append("s.x", b"", b"d%d-" % i + b"x" * 200, ts=i + 1)
+            if i % 10 == 9:
+                await st.flush()
+        print(st.last_seq, flush=True)
+        os._exit(0)  # a crash: nothing closed, nothing synced
+
+    asyncio.run(main())
+    """
+)
+
+
+def _child(store: str, ledger: str, n: int, code: str = CHILD) -> int:
     env = {**os.environ, LEDGER_ENV: ledger}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, store, str(n)], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code, store, str(n)], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     return int(out.stdout.strip())
@@ -66,7 +91,11 @@ async def test_ledger_matches_synced_files_and_drop_cuts_unsynced_tail(tmp_path)
         f.write(b"\x17" * 300)
     dropped = drop_unsynced(ledger, str(tmp_path))
     assert [(d.path, d.size - d.durable) for d in dropped] == [(tail, 300)]
-    assert os.path.getsize(tail) == segs[tail]
+    # A segment keeps its allocated size: zeros where the lost write was.
+    assert os.path.getsize(tail) == segs[tail] + 300
+    with open(tail, "rb") as f:
+        f.seek(segs[tail])
+        assert f.read() == bytes(300)
     st = await FileStore.open(store, syncer="thread")
     try:
         assert st.last_seq == 120
@@ -87,3 +116,35 @@ def test_durable_sizes_replay_order(tmp_path) -> None:
     (d / "1.ledger").write_text(f"10 R 0 {f}\n20 S 500 {f}\n30 S 400 {f}\n")
     (d / "2.ledger").write_text(f"40 R 450 {f}\n50 S 470 {f}\n60 S 9 /other/b.seg\n70 S 99")
     assert durable_sizes(str(d), str(tmp_path / "data")) == {f: 470}
+
+
+async def test_unsynced_pages_kept_out_of_order_are_cut_as_a_torn_tail(tmp_path) -> None:
+    """A preallocated segment after a power loss that kept some pages of its unsynced tail and
+    not others: recovery keeps everything synced and a prefix of the rest, as a torn tail,
+    never a quarantine."""
+    store, ledger = str(tmp_path / "store"), str(tmp_path / "ledger")
+    assert await asyncio.to_thread(_child, store, ledger, 0, CRASH) == 200
+    (seg,) = [os.path.join(store, f) for f in os.listdir(store) if f.endswith(".log")]
+    durable = durable_sizes(ledger, str(tmp_path))[seg]
+    size = os.path.getsize(seg)
+    (dropped,) = drop_unsynced(ledger, str(tmp_path), random.Random(7))
+    assert dropped.durable == durable and dropped.size - durable > 3 * 4096  # pages to lose
+    assert os.path.getsize(seg) == size
+    with open(seg, "rb") as f:
+        f.seek(durable // 4096 * 4096)
+        tail = f.read()
+    pages = [tail[k : k + 4096] for k in range(0, len(tail), 4096)]
+    # the seed leaves a lost (zero) page before a kept one: zeros, then data
+    first_lost = next(k for k, p in enumerate(pages) if p.count(0) == len(p))
+    assert any(p.count(0) != len(p) for p in pages[first_lost + 1 :])
+    st = await FileStore.open(store, syncer="thread")
+    try:
+        assert st.recovery.quarantined == () and st.recovery.lost_seqs == ()
+        assert st.recovery.truncated_bytes > 0
+        assert 100 <= st.last_seq < 200
+        for seq in range(1, st.last_seq + 1):
+            msg = st.load(seq)
+            assert msg is not None and msg.data.startswith(b"d%d-" % (seq - 1))
+        assert st.append("s.x", b"", b"next", ts=999) == st.last_seq
+    finally:
+        await st.close()

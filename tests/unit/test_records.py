@@ -189,6 +189,48 @@ def test_scan_garbage_tail_is_torn_unless_known_complete() -> None:
     assert res.status == rc.CORRUPT and res.end == len(a)
 
 
+def test_scan_damaged_last_batch_before_preallocated_zeros_is_corrupt() -> None:
+    # The zeros after it do not explain the damage: only a missing write inside it would.
+    a, b = _batch(1, 3), _batch(4, 3)
+    buf = bytearray(a + b + bytes(8192))
+    buf[len(a) + len(b) - 1] ^= 0x01
+    res = rc.scan(bytes(buf))
+    assert res.status == rc.CORRUPT and res.end == len(a)
+
+
+def test_scan_missing_sector_before_valid_data_is_torn_beyond_complete_to() -> None:
+    # Pages of an unsynced tail written out of order: a sector of zeros, then valid batches.
+    parts = [_batch(1 + 3 * i, 3) for i in range(60)]
+    buf = bytearray(b"".join(parts))
+    assert len(buf) > 4 * rc.SECTOR
+    hole = 2 * rc.SECTOR
+    buf[hole : hole + rc.SECTOR] = bytes(rc.SECTOR)
+    bounds = [0]
+    for p in parts:
+        bounds.append(bounds[-1] + len(p))
+    before = max(b for b in bounds if b <= hole)
+    res = rc.scan(bytes(buf))
+    assert res.status == rc.TORN and res.end == before and res.resume == -1
+    # ... but inside a region known to be complete it is corruption, resumed after the hole
+    res = rc.scan(bytes(buf), complete_to=len(buf))
+    assert res.status == rc.CORRUPT and res.end == before
+    assert res.resume == min(b for b in bounds if b >= hole + rc.SECTOR)
+
+
+def test_lost_write_needs_a_zero_sector_overlapping_the_batch() -> None:
+    data = b"\x01" * 600 + bytes(424) + b"\x01" * 2000
+    assert rc.lost_write(data, 600, 700)  # zeros from 600 to its sector's end (1024)
+    assert not rc.lost_write(data, 599, 700)
+    data = b"\x01" * 1100 + bytes(600) + b"\x01" * 2000  # 1100..1700: no whole sector
+    assert not rc.lost_write(data, 0, len(data))
+    data = b"\x01" * 1000 + bytes(600) + b"\x01" * 2000  # 1000..1600 covers 1024..1536
+    assert rc.lost_write(data, 0, len(data))
+    assert rc.lost_write(data, 0, 1025)  # the sector overlaps the batch by one byte
+    assert not rc.lost_write(data, 0, 1024)  # ... or not at all
+    assert rc.lost_write(b"\x01" * 10 + bytes(10), 10, 30)  # zeros to the end of the file
+    assert not rc.lost_write(b"\x01" * 10 + bytes(10), 9, 30)
+
+
 def test_find_next_batch_skips_false_magic() -> None:
     a = _batch(1, 2)
     junk = rc.MAGIC + b"\x00" * 70  # magic without a valid header
@@ -298,3 +340,30 @@ def test_property_truncation_is_torn_and_flips_are_detected(
     assert res.end == hit
     for off, _ in res.batches:
         assert off < hit
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(8, 80), durable_frac=st.floats(0, 1), pages=st.integers(0, 2**40 - 1))
+def test_property_unsynced_pages_in_any_order_are_a_torn_tail(
+    n: int, durable_frac: float, pages: int
+) -> None:
+    """A preallocated segment after a power loss: everything up to the last sync, then the
+    unsynced tail's pages each either written or still zeros. The scan keeps exactly a prefix
+    of whole batches that includes everything synced, and never calls it corruption."""
+    parts = [_batch(1 + 3 * i, 3, compress=i % 3 == 0) for i in range(n)]
+    full = b"".join(parts)
+    bounds = [0]
+    for p in parts:
+        bounds.append(bounds[-1] + len(p))
+    durable = bounds[int(durable_frac * n)]
+    img = bytearray(full[:durable] + bytes(len(full) - durable + 8192))
+    page = 4096
+    for k, lo in enumerate(range(durable // page * page, len(full), page)):
+        if pages >> (k % 40) & 1:
+            lo = max(lo, durable)
+            hi = min(lo // page * page + page, len(full))
+            img[lo:hi] = full[lo:hi]
+    res = rc.scan(bytes(img))
+    assert res.status == rc.TORN
+    assert res.end in bounds and res.end >= durable
+    assert [off for off, _ in res.batches] == bounds[: bounds.index(res.end)]

@@ -18,6 +18,7 @@ from jetlog.errors import StreamUnavailableError
 from jetlog.log import FileStore, SyncService
 from jetlog.log.pipeline import MAX_INFLIGHT
 from jetlog.log.syncer import Syncer
+from tests.unit.test_store_file import _data_size
 from tests.unit.test_store_model import Model, check_store
 
 SEG = 4096
@@ -162,8 +163,9 @@ async def test_two_jobs_in_flight_commit_in_order(tmp_path: Path, compression: b
         assert store.load(s) == model.msg(s)
     check_store(store, model)
     # both jobs are written; only the committed size is on the segment
-    on_disk = os.path.getsize(seg.path)
+    on_disk = _data_size(seg.path)
     assert on_disk == store._fl.wsize > seg.size == opened_size
+    assert os.path.getsize(seg.path) > on_disk  # preallocated past the data
     flush = asyncio.ensure_future(store.flush())
     gs.complete(1)  # job 2's sync returns first ...
     await _spin()
@@ -289,10 +291,12 @@ async def test_roll_waits_until_nothing_is_in_flight(tmp_path: Path) -> None:
     assert store.committed_seq == model.last_seq
     assert seen == sorted(set(seen)) and seen[-1] == model.last_seq
     new = os.path.realpath(store.segments[1].path)
-    # crash ordering of the roll: old segment synced, then the new file exists, then the
-    # directory entry is durable, then the new segment's data is synced
+    # crash ordering of the roll: old segment cut back to its data (it was preallocated) and
+    # synced with its size, then the new file exists, then the directory entry is durable,
+    # then the new segment's data is synced
     ev = gs.events
-    i_old = ev.index(("fdatasync", first))
+    assert os.path.getsize(first) == _data_size(first) == store.segments[0].size
+    i_old = ev.index(("fsync", first))
     i_new = ev.index(("register", new))
     i_dir = ev.index(("fsync", os.path.realpath(tmp_path)))
     i_data = ev.index(("fdatasync", new))
