@@ -50,6 +50,10 @@ class IndexedStore:
         """Called after every mutation (prune index blocks, wake background work)."""
         self._ix.prune()
 
+    def _removed(self, blk: Block) -> None:
+        """Called after one message of index block ``blk`` was removed (``remove``)."""
+        self._mutated()
+
     # ---- identity and state -----------------------------------------------------------------
     @property
     def last_seq(self) -> int:
@@ -118,7 +122,7 @@ class IndexedStore:
         if blk is None:
             return False
         self._log_removal([(seq, seq)], erase)
-        self._mutated()
+        self._removed(blk)
         return True
 
     def purge(self, subject: str | None = None, seq: int = 0, keep: int = 0) -> int:

@@ -297,6 +297,15 @@ class FileStore(IndexedStore):
         self._ix.prune()
         self._maint.poke()
 
+    def _removed(self, blk: Block) -> None:
+        # A message removed from the writer segment (a KV update replacing a recent value,
+        # a per-subject limit) cannot make retention or compaction worthwhile: both skip the
+        # writer, and its index file, written once it is sealed, pokes maintenance then. Not
+        # waking maintenance for it saves a task switch and a pass per such removal.
+        self._ix.prune()
+        if blk.seg is None or blk.seg is not self._wseg:
+            self._maint.poke()
+
     def _close_batch(self) -> OpenBatch:
         ob = self._ob
         ix = self._ix

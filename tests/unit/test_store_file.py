@@ -681,6 +681,38 @@ async def test_auto_compaction_runs_in_background(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_removals_in_the_writer_segment_do_not_wake_maintenance(tmp_path: Path) -> None:
+    store = await FileStore.open(str(tmp_path), segment_bytes=SEG, auto_compact=True)
+    model = Model()
+    await _fill(store, model, 200)
+    await store.flush()
+    await store.maintenance.indexes_written()
+    m = store.maintenance
+    await asyncio.wait_for(m.wait_until(lambda m: not m._event.is_set()), 10)
+    writer = store.segments[-1]
+    passes = m.passes
+    # A removal from the writer segment (a KV update of a recent key): no pass can help.
+    assert writer.min_seq < model.last_seq
+    for s in range(writer.min_seq, model.last_seq):
+        assert store.remove(s)
+        model.remove(s)
+    await _spin_loop()
+    assert m.passes == passes and not m._event.is_set()
+    # One from a sealed segment does wake it, and retention then deletes emptied segments.
+    for s in range(1, store.segments[1].min_seq):
+        assert store.remove(s)
+        model.remove(s)
+    await asyncio.wait_for(m.wait_until(lambda m: m.deleted > 0), 10)
+    assert m.passes > passes
+    check_store(store, model)
+    await store.close()
+
+
+async def _spin_loop() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
 async def test_read_fds_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import jetlog.log.filestore as fsmod
 
