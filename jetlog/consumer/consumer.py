@@ -29,6 +29,8 @@ from jetlog.wire.subjects import matches
 log = logging.getLogger("jetlog.consumer")
 
 PASS_BUDGET = 256
+FAST_PUSH = True
+"""Push new messages in runs (``ConsumerDelivery._push_run``); tests turn it off to compare."""
 FC_WINDOW_MAX = 32 * 1024 * 1024
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -355,19 +357,33 @@ class Consumer(ConsumerDelivery):
         pending = -1
         p = self.p
         interest_seen = False  # interest cannot change during a pass: check it once, when needed
+        fast = FAST_PUSH and self._push_runs_ok()
         while budget:
             if p.flow_control and self._fc_sent >= self._fc_window:
                 return False  # stalled until the client answers the FC request
+            ahead = self._ahead
+            if fast and ahead and ahead[0].seq <= self.stream.committed_seq:
+                if not interest_seen and not self._interest_now():
+                    return False
+                interest_seen = True
+                if pending < 0:
+                    pending = self.num_pending()
+                sent, pending = self._push_run(now, budget, pending)
+                if sent:
+                    budget -= sent
+                    self._last_push_send = now
+                    self._touch(now)
+                    if p.flow_control:
+                        self._ask_flow_control()
+                    continue
             m, redelivery, _ = self._peek()
             if m is None:
                 return False
             if p.replay_original and not redelivery and not self._replay_ok(m, now):
                 return False
-            if not interest_seen:
-                if not self._has_push_interest():
-                    self.active = False
-                    return False
-                interest_seen = True
+            if not interest_seen and not self._interest_now():
+                return False
+            interest_seen = True
             if pending < 0:
                 pending = self.num_pending()
             if not redelivery:
@@ -383,10 +399,21 @@ class Consumer(ConsumerDelivery):
             budget -= 1
             if p.flow_control:
                 self._fc_sent += size
-                if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
-                    self._fc_pending = f"$JS.FC.{self.stream.name}.{self.name}.{_rand4()}"
-                    self._send_status(p.deliver_subject, F.FLOW_CONTROL, reply=self._fc_pending)
+                self._ask_flow_control()
         return True
+
+    def _interest_now(self) -> bool:
+        """Whether the deliver subject has interest; without it the consumer goes inactive."""
+        if not self._has_push_interest():
+            self.active = False
+            return False
+        return True
+
+    def _ask_flow_control(self) -> None:
+        """Once half the flow-control window is out, ask the client to answer (one at a time)."""
+        if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
+            self._fc_pending = f"$JS.FC.{self.stream.name}.{self.name}.{_rand4()}"
+            self._send_status(self.p.deliver_subject, F.FLOW_CONTROL, reply=self._fc_pending)
 
     def on_flow_control_reply(self, subject: str) -> None:
         """The client answered our FC request: release the window (stale answers ignored)."""
