@@ -29,8 +29,8 @@ from jetlog.wire.subjects import matches
 log = logging.getLogger("jetlog.consumer")
 
 PASS_BUDGET = 256
-FAST_PUSH = True
-"""Push new messages in runs (``ConsumerDelivery._push_run``); tests turn it off to compare."""
+FAST_RUNS = True
+"""Deliver new messages in runs (``ConsumerDelivery._run``); tests turn it off to compare."""
 FC_WINDOW_MAX = 32 * 1024 * 1024
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -173,10 +173,24 @@ class Consumer(ConsumerDelivery):
     def _pull_pass(self, now: int) -> bool:
         budget = PASS_BUDGET
         pending = -1
+        fast = FAST_RUNS and self._runs_ok()
         while budget:
             w = self.waiting.head()
             if w is None:
                 break
+            ahead = self._ahead
+            # Runs only for a lone request: with several, each message goes to the next one
+            # in turn (spec §6.4).
+            if fast and ahead and len(self.waiting) == 1 and ahead[0].seq <= self.stream.committed_seq:
+                if pending < 0:
+                    pending = self.num_pending()
+                sent, pending, used = self._run(w.reply, now, min(budget, w.remaining), pending, w.bytes_left)
+                if sent:
+                    w.delivered += sent
+                    w.bytes_sent += used
+                    budget -= sent
+                    self._served(w, now)
+                    continue
             m, redelivery, _blocked = self._peek()
             if m is None:
                 break
@@ -206,20 +220,24 @@ class Consumer(ConsumerDelivery):
             self._send(m, ack, hdr, data, w.reply, now, "")
             w.delivered += 1
             w.bytes_sent += size
-            w.last_send = now
-            self._touch(now)
             budget -= 1
-            if w.remaining <= 0 or (w.max_bytes and w.bytes_left <= 0):
-                left = w.bytes_left
-                self.waiting.remove(w)
-                if w.max_bytes and left > 0 and w.remaining <= 0:
-                    self._send_status(w.reply, F.pending_status(409, "Batch Completed", 0, left))
-            else:
-                self.waiting.rotate(w)
+            self._served(w, now)
         if budget == 0:
             return True
         self._end_no_wait()
         return False
+
+    def _served(self, w: Waiting, now: int) -> None:
+        """After sending to ``w``: end it when it got all it asked for, else move it back."""
+        w.last_send = now
+        self._touch(now)
+        if w.remaining <= 0 or (w.max_bytes and w.bytes_left <= 0):
+            left = w.bytes_left
+            self.waiting.remove(w)
+            if w.max_bytes and left > 0 and w.remaining <= 0:
+                self._send_status(w.reply, F.pending_status(409, "Batch Completed", 0, left))
+        else:
+            self.waiting.rotate(w)
 
     def _end_no_wait(self, nothing_deliverable: bool = False) -> None:
         """``no_wait`` requests that can get nothing more end with ``404 No Messages`` (or
@@ -357,7 +375,7 @@ class Consumer(ConsumerDelivery):
         pending = -1
         p = self.p
         interest_seen = False  # interest cannot change during a pass: check it once, when needed
-        fast = FAST_PUSH and self._push_runs_ok()
+        fast = FAST_RUNS and self._runs_ok()
         while budget:
             if p.flow_control and self._fc_sent >= self._fc_window:
                 return False  # stalled until the client answers the FC request
@@ -368,7 +386,7 @@ class Consumer(ConsumerDelivery):
                 interest_seen = True
                 if pending < 0:
                     pending = self.num_pending()
-                sent, pending = self._push_run(now, budget, pending)
+                sent, pending, _ = self._run(p.deliver_subject, now, budget, pending, 0)
                 if sent:
                     budget -= sent
                     self._last_push_send = now

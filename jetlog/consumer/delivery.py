@@ -220,10 +220,10 @@ class ConsumerDelivery:
         self._ahead_mark = mark
         return batch[0]
 
-    def _push_runs_ok(self) -> bool:
-        """Whether this push consumer's configuration allows ``_push_run``: no replay at the
-        original rate, rate limit, headers-only, deliver group or several filters, on a limits
-        stream (where a delivery never removes a message)."""
+    def _runs_ok(self) -> bool:
+        """Whether this consumer's configuration allows ``_run``: no replay at the original
+        rate, rate limit, headers-only, deliver group or several filters, on a limits stream
+        (where a delivery never removes a message)."""
         p, pol = self.p, self.stream.policy
         return not (
             p.replay_original
@@ -235,16 +235,19 @@ class ConsumerDelivery:
             or pol.workqueue
         )
 
-    def _push_run(self, now: int, budget: int, pending: int) -> tuple[int, int]:
-        """Push up to ``budget`` new messages straight from the read-ahead, in one loop: what
-        ``_peek``, ``_prepare`` and ``_send`` do per message, for the common case only. Returns
-        ``(sent, pending)``; 0 sent when the case is not common (the caller's one-by-one path
-        then handles it). Stops early where that path has something to decide: a message past
-        the committed mark, max_ack_pending or the flow-control window reached (or half of it,
-        for the caller to ask the client), a frame the link cannot take as encoded.
+    def _run(self, target: str, now: int, budget: int, pending: int, bytes_left: int) -> tuple[int, int, int]:
+        """Deliver up to ``budget`` new messages to ``target`` straight from the read-ahead, in
+        one loop: what ``_peek``, ``_prepare`` and ``_send`` do per message, for the common
+        case only. Returns ``(sent, pending, bytes)`` (bytes as a pull request counts them);
+        0 sent when the case is not common (the caller's one-by-one path then handles it).
+        Stops early where that path has something to decide: a message past the committed
+        mark, max_ack_pending reached, a message over ``bytes_left`` (when not 0), the
+        flow-control window full (or half of it, for the caller to ask the client), a frame
+        the link cannot take as encoded.
 
-        The caller checked ``_push_runs_ok`` and push interest. Here: nothing to redeliver or skip, the read-ahead is the one
-        ``_next_new`` would use and nothing was removed since it was read."""
+        The caller checked ``_runs_ok`` (and push interest). Here: nothing to redeliver or
+        skip, the read-ahead is the one ``_next_new`` would use and nothing was removed since
+        it was read."""
         ahead = self._ahead
         store = self.store
         p = self.p
@@ -257,11 +260,11 @@ class ConsumerDelivery:
             or store is not self._ahead_store
             or store.removal_mark() != self._ahead_mark
         ):
-            return 0, pending
+            return 0, pending, 0
         st = self.state
         start = max(st.sseq + 1, self._resume)
         if start < self._ahead_from:
-            return 0, pending
+            return 0, pending, 0
         committed = self.stream.committed_seq
         ack_none = p.ack_policy == ACK_NONE
         cap = 0 if ack_none else p.max_ack_pending
@@ -271,11 +274,10 @@ class ConsumerDelivery:
         limit = leaf.max_payload
         mcl = leaf.max_control_line
         prefix = host.ack_prefix(self.name)
-        target = p.deliver_subject
         cid = self.cid
         lg = host.clog if cid else None
         fc = p.flow_control
-        sent = 0
+        sent = used = 0
         while sent < budget and ahead:
             m = ahead[0]
             s = m.seq
@@ -287,10 +289,13 @@ class ConsumerDelivery:
             hdr, data = m.hdr, m.data
             n = len(hdr) + len(data)
             if limit and n > limit:
-                break  # the one-by-one path logs it and waits
+                break  # the one-by-one path logs it and waits (or ends the request)
             left = pending - 1 if pending > 0 else 0
             # A new message: delivery count 1 (the ack subject's layout is ``_prepare``'s).
             ack = prefix + b"%d.%d.%d.%d.%d" % (1, s, st.dseq + 1, m.ts, left)
+            size = len(m.subject) + len(ack) + n
+            if bytes_left and used + size > bytes_left:
+                break  # the one-by-one path ends the request (it does not fit)
             frame = encode_delivery(target, ack, m.subject, hdr, data, mcl)
             if frame is None:
                 break
@@ -302,15 +307,16 @@ class ConsumerDelivery:
             ahead.popleft()
             start = s + 1
             sent += 1
+            used += size
             if fc:
-                self._fc_sent += len(m.subject) + len(ack) + n
+                self._fc_sent += size
                 if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
                     break  # the caller sends the flow-control request now
         if sent:
             self._ahead_from = start
             if not ack_none and self._ack_timer is None:
                 self._arm_ack_timer(0)
-        return sent, pending
+        return sent, pending, used
 
     def _pop_rdq(self) -> None:
         s = heapq.heappop(self._rdq)
