@@ -30,6 +30,11 @@ FULL_QUEUE_PRUNE_EVERY = 100_000_000
 
 FC_WINDOW_START = 2 * 1024 * 1024
 
+PASS_BUDGET = 256
+"""Messages one delivery pass serves before it yields to the loop."""
+FAST_RUNS = True
+"""Deliver new messages in runs (``ConsumerDelivery._run``); tests turn it off to compare."""
+
 AHEAD_MSGS = 64
 AHEAD_BYTES = 256 * 1024
 """New messages read ahead per consumer in one store pass (the first always, then up to these
@@ -356,6 +361,17 @@ class ConsumerDelivery:
             hdr = F.with_msg_size(hdr, len(data))
             data = b""
         return ack, hdr, data, len(m.subject) + len(ack) + len(hdr) + len(data)
+
+    def _prepare_next(
+        self, m: StoredMsg, redelivery: bool, pending: int
+    ) -> tuple[int, bytes, bytes, bytes, int]:
+        """``_prepare`` within a pass, which counts the messages never delivered once (computed
+        on first use, ``pending`` < 0) and one less per new message; returns that count first."""
+        if pending < 0:
+            pending = self.num_pending()
+        if not redelivery:
+            pending = max(pending - 1, 0)
+        return (pending, *self._prepare(m, redelivery, pending))
 
     def _too_large(self, m: StoredMsg, hdr: bytes, data: bytes) -> bool:
         """True when the delivery of ``m`` exceeds the hub's max_payload (the hub would close the

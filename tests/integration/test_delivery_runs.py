@@ -13,7 +13,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from jetlog.consumer import consumer as consumer_mod
+from jetlog.consumer import delivery as delivery_mod
 from jetlog.consumer.delivery import ConsumerDelivery
 from jetlog.embedded import NatsServer
 
@@ -181,7 +181,7 @@ async def test_deliveries_match_nats_server_and_the_one_by_one_path(
     _check(*reference)
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(consumer_mod, "FAST_RUNS", fast)
+        monkeypatch.setattr(delivery_mod, "FAST_RUNS", fast)
         runs = 0
         async with NatsServer(leafnode=True) as srv:
             node = await start_node(srv, str(tmp_path / f"data-{fast}"))
