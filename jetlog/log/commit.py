@@ -27,8 +27,9 @@ Crash ordering:
   never pipelined: it starts when nothing else is in flight and the next job starts after it
   is committed (``run_job``); jobs without one are written by ``write_job``.
 - Preallocation (``reserve``): the writer segment is extended ahead of its data with
-  ``posix_fallocate``, ``PREALLOC`` at a time. An ``fdatasync`` of an append that grows the file
-  must commit the new size to the file system's journal; one inside allocated space does not
+  ``posix_fallocate``, by as much as it holds (``PREALLOC_MIN`` to ``PREALLOC``). An
+  ``fdatasync`` of an append that grows the file must commit the new size to the file
+  system's journal; one inside allocated space does not
   (188 vs 124 µs per 200-byte synchronous append on the test machine's ext4). The space past the
   data reads as zeros, so after a crash the last segment can end in zeros, and pages of an
   unsynced tail may have reached the disk in any order (zeros, then data). Recovery calls an
@@ -58,7 +59,10 @@ from jetlog.wire import records as rc
 log = logging.getLogger("jetlog.store")
 
 PREALLOC = 1 << 20
-"""The writer segment is preallocated this far past the data written (see ``reserve``)."""
+"""The writer segment is preallocated at most this far past the data written (``reserve``)."""
+PREALLOC_MIN = 64 << 10
+"""... and at least this far: ahead by as much as it holds already, so a small stream (there
+may be thousands) holds 64 KiB of allocated space, not 1 MiB."""
 
 # Compressed stores compress on the loop: zstd level 3 runs ~300 MB/s here (a full 1 MiB batch is
 # ~4 ms of loop time), while a thread's result can take seconds to reach a busy loop (measured in
@@ -305,13 +309,13 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
 
 def reserve(io: SegmentIO, seg: Segment, fd: int, at: int, end: int, cap: int) -> None:
     """Before writing ``[at, end)`` to the writer ``seg``: preallocate the file past ``end``
-    when the write would go beyond what is allocated (``PREALLOC`` more, up to ``cap``). A
-    file system that cannot preallocate (or is full) is written without: the failure is
-    logged once per segment and the write itself decides."""
+    when the write would go beyond what is allocated (by ``end`` again, within ``PREALLOC_MIN``
+    and ``PREALLOC``, up to ``cap``). A file system that cannot preallocate (or is full) is
+    written without: the failure is logged once per segment and the write itself decides."""
     if end <= seg.alloc or seg.alloc < 0 or end >= cap:
         return
     start = max(at, seg.alloc)
-    target = min(end + PREALLOC, cap)
+    target = min(end + min(PREALLOC, max(PREALLOC_MIN, end)), cap)
     try:
         io.preallocate(fd, start, target - start)
     except OSError as exc:

@@ -235,6 +235,28 @@ async def test_torn_tail_is_truncated(tmp_path: Path, cut: int) -> None:
     await store.close()
 
 
+async def test_writer_is_preallocated_ahead_by_what_it_holds(tmp_path: Path) -> None:
+    from jetlog.log.commit import PREALLOC_MIN
+
+    store = await FileStore.open(str(tmp_path), segment_bytes=64 << 20, auto_compact=False)
+    model = Model()
+    await _fill(store, model, 1)
+    await store.flush()
+    (seg,) = _logs(tmp_path)
+    end = _data_size(seg)
+    assert _size(seg) == end + PREALLOC_MIN  # a small stream holds 64 KiB ahead, not 1 MiB
+    await _fill(store, model, 300, size=1000)  # one job past what was allocated
+    await store.flush()
+    end = _data_size(seg)
+    assert PREALLOC_MIN < end < 1 << 20
+    assert _size(seg) == 2 * end  # ahead by as much as it holds
+    await store.close()
+    assert _size(seg) == end  # cut back to its data
+    store = await _open(tmp_path, segment_bytes=64 << 20)
+    check_store(store, model)
+    await store.close()
+
+
 async def test_zero_filled_tail_is_truncated(tmp_path: Path) -> None:
     store = await _open(tmp_path)
     model = Model()
