@@ -260,9 +260,7 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
         for act in job.actions:
             if isinstance(act, Roll):
                 if bufs:
-                    reserve(io, seg, fd, at, size, job.cap)
-                    io.write(fd, bufs, at)
-                    note_written(seg, at, bufs)
+                    _write(io, seg, fd, bufs, at, size, job.cap)
                     bufs = []
                 # ORDER: the old segment is complete on disk, and ends at its last batch
                 # (preallocated space cut off), before the new file exists.
@@ -287,9 +285,7 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
                 continue
             size = _stage(act, size, batch_pos, bufs)
         if bufs:
-            reserve(io, seg, fd, at, size, job.cap)
-            io.write(fd, bufs, at)
-            note_written(seg, at, bufs)
+            _write(io, seg, fd, bufs, at, size, job.cap)
         if job.sync:
             await sync.fdatasync(handle)
             syncs += 1
@@ -305,6 +301,13 @@ async def run_job(io: SegmentIO, sync: SyncService, dir_handle: int, job: Job) -
         raise
     sizes.append((seg, size))
     return JobResult(batch_pos, sizes, opened, syncs)
+
+
+def _write(io: SegmentIO, seg: Segment, fd: int, bufs: list[bytes], at: int, end: int, cap: int) -> None:
+    """Write ``bufs`` to ``seg`` at ``at`` (ending at ``end``), preallocating ahead first."""
+    reserve(io, seg, fd, at, end, cap)
+    io.write(fd, bufs, at)
+    note_written(seg, at, bufs)
 
 
 def reserve(io: SegmentIO, seg: Segment, fd: int, at: int, end: int, cap: int) -> None:
@@ -373,9 +376,7 @@ def write_job(io: SegmentIO, job: Job) -> JobResult:
         assert isinstance(act, PendingBatch)
         size = _stage(act, size, batch_pos, bufs)
     if bufs:
-        reserve(io, job.seg, job.fd, job.size, size, job.cap)
-        io.write(job.fd, bufs, job.size)
-        note_written(job.seg, job.size, bufs)
+        _write(io, job.seg, job.fd, bufs, job.size, size, job.cap)
     return JobResult(batch_pos, [(job.seg, size)], [], 1 if job.sync else 0)
 
 

@@ -98,7 +98,6 @@ class FileStore(IndexedStore):
         self._compressed = compression
         self._always = fsync == "always"
         self._segment_bytes = segment_bytes
-        self._prealloc_cap = segment_bytes  # the writer is preallocated up to this (``commit``)
         self._sync_interval = int(sync_interval * 1e9)  # ns
         self._auto = (auto_compact, compact_threshold)
         # never below an epoch this store already knows (a leader must not reuse one)

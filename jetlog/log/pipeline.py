@@ -90,7 +90,7 @@ class FlusherHost(Protocol):
     _compressed: bool
     _cctx: zstandard.ZstdCompressor | None
     _sync_interval: int
-    _prealloc_cap: int
+    _segment_bytes: int
     _failed: BaseException | None
     _wseg: Segment
     _queue: list[PendingBatch | Roll]
@@ -310,7 +310,7 @@ class Flusher:
             self.wsize,
             sync,
             rolls,
-            st._prealloc_cap,
+            st._segment_bytes,  # preallocation cap (``commit.reserve``)
         )
         return Flight(job, recs)
 
