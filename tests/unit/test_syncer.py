@@ -459,6 +459,37 @@ async def test_lone_small_commit_is_synced_on_the_loop(
         await store.close()
 
 
+async def test_work_scheduled_by_the_append_runs_before_an_inline_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replicated stream's leader schedules its followers' fetch replies when a message is
+    stored; an inline sync must not stall the loop before they leave (the followers' fsyncs
+    would follow the leader's instead of overlapping it)."""
+    monkeypatch.setattr(syncer_mod, "INLINE_SLOW", 10.0)
+    order: list[str] = []
+    real = Syncer.try_inline_fdatasync
+
+    def inline(self: Syncer, handle: int) -> bool:
+        order.append("sync")
+        return real(self, handle)
+
+    monkeypatch.setattr(Syncer, "try_inline_fdatasync", inline)
+    store = await FileStore.open(str(tmp_path / "s"))
+    s = store.syncer
+    assert isinstance(s, Syncer)
+    try:
+        await _greeted(s)
+        loop = asyncio.get_running_loop()
+        for i in range(3):
+            store.append("k", b"", b"x", time.time_ns())  # kicks the flusher first
+            loop.call_soon(order.append, f"ship{i}")  # then the leader's wake-up
+            await store.flush()
+        assert order == ["ship0", "sync", "ship1", "sync", "ship2", "sync"]
+        assert store.committed_seq == 3
+    finally:
+        await store.close()
+
+
 async def test_a_slow_inline_sync_sends_later_ones_to_the_helper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
