@@ -34,6 +34,7 @@ from jetlog.errors import ApiError, E, JetlogError, TransportError
 from jetlog.observe import advisory
 from jetlog.wire import headers as H
 from jetlog.wire import repl as R
+from jetlog.wire.leaf import LeafFrameError
 
 log = logging.getLogger("jetlog.cluster")
 
@@ -484,12 +485,9 @@ class ClusterNode:
     async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
         """A request over the client link; the reply's payload."""
         try:
-            msg = await self.client.nc.request(subject, data, timeout=timeout)
-        except TimeoutError:
-            raise
-        except Exception as e:  # nats-py: no responders, connection closed/reconnecting
-            raise TransportError(f"request to {subject} failed: {type(e).__name__}: {e}") from e
-        return bytes(msg.data)
+            return await self.client.request(subject, data, timeout)
+        except (TransportError, LeafFrameError) as e:  # link down, no responders, too large
+            raise TransportError(f"request to {subject} failed: {e}") from e
 
     # ---- API hooks ---------------------------------------------------------------------------
 

@@ -32,15 +32,18 @@ import asyncio
 import contextlib
 import logging
 import random
+import secrets
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import nats
+import nats.protocol.parser
 from nats.aio.client import Client
 
 from jetlog.errors import TransportError
+from jetlog.wire.clientframes import ClientSplitter
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
 
 log = logging.getLogger("jetlog.client")
@@ -52,6 +55,9 @@ MAX_CONTROL_LINE = 4096
 
 LOSS_POLL = 1.0
 """Seconds between checks of the nats-py client's state (a safety net behind its callbacks)."""
+
+FAST_PATH_TRIES = 10
+"""Checks for an idle nats-py reader before the fast path is installed (``_fast_path``)."""
 
 STILL_DOWN_EVERY = 60.0
 """While reconnecting, remind the log this often (seconds) with the last error."""
@@ -88,6 +94,47 @@ class _RawClient(Client):
         self.server_error = text
         self._err = nats.errors.Error(f"nats: {text}")
         await self._error_cb(ServerError(text))
+
+
+class _FastReader(asyncio.Protocol):
+    """Sits between the socket and nats-py's stream protocol (see ``ClientLink._fast_path``):
+    messages of raw subscriptions are handed to their callbacks in the read itself; every other
+    operation goes on to nats-py, whole and in order."""
+
+    def __init__(self, inner: asyncio.Protocol, nc: _RawClient) -> None:
+        self.inner = inner
+        self.nc = nc
+        self.split = ClientSplitter(nc.raw_callbacks)
+
+    def data_received(self, data: bytes) -> None:
+        cbs = self.nc.raw_callbacks
+        stats = self.nc.stats
+        for item in self.split.feed(data):
+            if isinstance(item, bytes):
+                self.inner.data_received(item)
+                continue
+            sid, subject, reply, hdr, payload = item
+            cb = cbs.get(sid)
+            if cb is None:  # unsubscribed since the split (cannot happen within one read)
+                continue
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(payload)
+            try:
+                cb(subject.decode(), reply.decode() if reply else None, hdr, payload)
+            except Exception:  # a handler bug must not kill the connection's reader
+                log.exception("handler for %s failed", subject)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 class ServerError(nats.errors.Error):
@@ -181,6 +228,11 @@ class ClientLink:
         self._server_info: dict[str, Any] = {}
         self._last_error: BaseException | None = None
         self._discovered: list[str] = []
+        # Requests (:meth:`request`): replies come to ``<prefix><token>``.
+        self._reply_prefix = f"_INBOX.{secrets.token_hex(11)}."
+        self._reply_sub: asyncio.Task[int] | None = None
+        self._reply_seq = 0
+        self._replies: dict[str, asyncio.Future[bytes]] = {}
 
     # ------------------------------------------------------------------------------- state
 
@@ -188,6 +240,15 @@ class ClientLink:
     def connected(self) -> bool:
         """True while the connection is up and every subscription is registered upstream."""
         return self._up and bool(self.nc.is_connected)
+
+    @property
+    def fast_path(self) -> bool:
+        """True while raw subscriptions are read from the socket directly (``_fast_path``)."""
+        try:
+            proto = self.nc._transport._io_writer.transport.get_protocol()  # type: ignore[union-attr]
+        except AttributeError:
+            return False
+        return isinstance(proto, _FastReader) and not proto.split.gave_up
 
     @property
     def server_version(self) -> str:
@@ -228,6 +289,7 @@ class ClientLink:
             # Requests can arrive as soon as the first subscription is registered: their
             # replies use the new connection already; readiness waits for the flush below.
             self.nc = nc
+            await self._fast_path(nc)
             self._server_info = dict(nc._server_info or {})
             self._max_payload = int(nc.max_payload or 0)
             await self._resubscribe(nc)
@@ -249,6 +311,44 @@ class ClientLink:
         self._discovered = [u.geturl() for u in nc.discovered_servers]
         self._lost.clear()
         self._up = True
+
+    async def _fast_path(self, nc: _RawClient) -> None:
+        """Take raw subscriptions' messages from the socket itself (:class:`_FastReader`).
+
+        nats-py reads through an ``asyncio.StreamReader``: each socket read wakes its reader
+        task a loop pass later, whose parser awaits a coroutine per message. On the path of
+        every API request, replication fetch and ``$KV`` capture that costs a loop pass and
+        the parse. Installed only at an operation boundary (nothing held by nats-py's reader or
+        parser, checked with no await before the swap; the server's INFO after CONNECT is
+        usually still there, so nats-py's reader gets a few passes, then a PING round trip, to
+        take it), so the split starts on a frame; and before any subscription exists, so no
+        raw message is waiting in nats-py's buffers to be overtaken. Anything unexpected
+        (another transport kind, data that keeps coming) keeps nats-py's path.
+        """
+        for attempt in range(FAST_PATH_TRIES):
+            try:
+                writer = nc._transport._io_writer  # type: ignore[union-attr]
+                reader = nc._transport._io_reader  # type: ignore[union-attr]
+                tr = writer.transport
+                inner = tr.get_protocol()
+                idle = (
+                    not reader._buffer
+                    and not nc._ps.buf
+                    and nc._ps.state == nats.protocol.parser.AWAITING_CONTROL_LINE
+                )
+            except AttributeError as e:  # a websocket transport, or a nats-py that changed
+                log.debug("client link: no fast path: %s", e)
+                return
+            if isinstance(inner, _FastReader):
+                return
+            if idle:
+                tr.set_protocol(_FastReader(inner, nc))
+                return
+            if attempt == FAST_PATH_TRIES // 2:
+                await nc.flush(5)
+            else:
+                await asyncio.sleep(0)
+        log.info("client link: nats-py's reader never idle at connect; raw messages take its path")
 
     async def _resubscribe(self, nc: _RawClient) -> None:
         """Create on ``nc`` every subscription not created there yet."""
@@ -381,6 +481,47 @@ class ClientLink:
                 sub.sid, sub.nc = s._id, nc
         return self._next_id
 
+    async def request(self, subject: str, payload: bytes, timeout: float) -> bytes:
+        """Send a request and return its reply's payload, without nats-py's request machinery.
+
+        nats-py answers a request through a ``Msg``, a subscription queue, the subscription's
+        task and ``wait_for``: three loop passes between the reply's socket read and the
+        caller, and its publish wakes nats-py's flusher task for the write. Replication
+        fetches are requests on the critical path of every synchronous replicated publish, so
+        here a reply resolves the caller's future directly from the reader (one raw wildcard
+        subscription per link) and the request is written at once (:meth:`send`).
+
+        Raises :class:`TimeoutError` when no reply comes within ``timeout`` and
+        :class:`TransportError` when the link is down or nobody listens on ``subject`` (the
+        server's no-responders status).
+        """
+        loop = asyncio.get_running_loop()
+        if self._reply_sub is None:
+            # One inbox subscription for the link's lifetime (re-created on reconnects);
+            # concurrent first requests share its creation.
+            self._reply_sub = loop.create_task(self.subscribe_raw(self._reply_prefix + "*", self._on_reply))
+        await asyncio.shield(self._reply_sub)
+        self._reply_seq += 1
+        token = str(self._reply_seq)
+        fut: asyncio.Future[bytes] = loop.create_future()
+        self._replies[token] = fut
+        timer = loop.call_later(timeout, _expire, fut)
+        try:
+            self.send(subject, payload, reply=self._reply_prefix + token)
+            return await fut
+        finally:
+            timer.cancel()
+            del self._replies[token]
+
+    def _on_reply(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
+        fut = self._replies.get(subject[len(self._reply_prefix) :])
+        if fut is None or fut.done():
+            return  # its request timed out (or a stray reply)
+        if hdr.startswith(b"NATS/1.0 503"):
+            fut.set_exception(TransportError("no responders"))
+        else:
+            fut.set_result(data)
+
     async def unsubscribe(self, sid: int) -> None:
         """Remove a raw subscription (by the id :meth:`subscribe_raw` returned)."""
         sub = self._subs.pop(sid, None)
@@ -465,6 +606,11 @@ class ClientLink:
             log.warning("upstream client link error: %s", e or type(e).__name__)
         else:
             log.debug("upstream client link error: %r", e)
+
+
+def _expire(fut: asyncio.Future[bytes]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 def _consume_outcome(task: asyncio.Task[Any]) -> None:

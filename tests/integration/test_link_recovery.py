@@ -386,6 +386,7 @@ async def test_client_link_recovers_from_server_err(nats_server: NatsServer) -> 
     reconnects instead, and re-creates its subscriptions."""
     link = ClientLink([nats_server.url], name="jl-err")
     await link.connect()
+    assert link.fast_path
     try:
         got: list[bytes] = []
         await link.subscribe_raw("e.>", lambda s, r, h, d: got.append(d))
@@ -394,6 +395,7 @@ async def test_client_link_recovers_from_server_err(nats_server: NatsServer) -> 
         body = b"q" * (link.max_payload + 1)
         tr.write(b"PUB e.x %d\r\n%s\r\n" % (len(body), body))
         await until(lambda: link.reconnects == 1 and link.connected, "reconnected after -ERR")
+        assert link.fast_path  # raw subscriptions are read from the new socket directly again
         nc = await nats.connect(nats_server.url)
         await nc.publish("e.y", b"after")
         await nc.flush()

@@ -1,0 +1,108 @@
+"""The client link's own read path and requests, against a real nats-server.
+
+Raw subscriptions are read from the socket by ``ClientLink``'s fast path while nats-py keeps
+the rest of the connection (PING/PONG, INFO, errors, its own subscriptions); requests resolve
+from that path without nats-py's request machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+
+from jetlog.embedded import NatsServer
+from jetlog.errors import TransportError
+from jetlog.transport.client import ClientLink
+
+from .test_link_recovery import until
+
+
+async def test_raw_messages_arrive_whole_and_in_order_beside_nats_py(nats_server: NatsServer) -> None:
+    link = ClientLink([nats_server.url], name="jl-raw")
+    await link.connect()
+    nc = await nats.connect(nats_server.url)
+    try:
+        assert link.fast_path
+        got: list[tuple[str, str | None, bytes, bytes]] = []
+        await link.subscribe_raw("raw.>", lambda s, r, h, d: got.append((s, r, h, d)))
+        # A nats-py subscription on the link's own client keeps working beside the raw ones.
+        theirs: list[bytes] = []
+
+        async def on_theirs(m: nats.aio.msg.Msg) -> None:
+            theirs.append(m.data)
+
+        await link.nc.subscribe("theirs.>", cb=on_theirs)
+        await link.flush()
+        sent = []
+        for i in range(300):
+            size = (0, 1, 100, 70_000, 600_000)[i % 5]  # the big ones span many socket reads
+            body = bytes([i % 251]) * size
+            if i % 3 == 0:
+                hdr = {"N": str(i), "Dup": "x"}
+                await nc.publish(f"raw.{i}", body, reply=f"r.{i}", headers=hdr)
+            else:
+                await nc.publish(f"raw.{i}", body)
+            await nc.publish(f"theirs.{i}", str(i).encode())
+            sent.append((i, size))
+        await nc.flush()
+        await until(lambda: len(got) == 300 and len(theirs) == 300, "every message")
+        for (i, size), (subject, reply, hdr, data) in zip(sent, got, strict=True):
+            assert subject == f"raw.{i}"
+            assert data == bytes([i % 251]) * size
+            if i % 3 == 0:
+                assert reply == f"r.{i}"
+                # The header block is stored verbatim (order and case as sent).
+                assert hdr.startswith(b"NATS/1.0\r\n") and f"N: {i}\r\n".encode() in hdr
+            else:
+                assert reply is None and hdr == b""
+        assert theirs == [str(i).encode() for i in range(300)]
+        assert link.nc.stats["in_msgs"] >= 300
+        # PING/PONG still work through nats-py (the server's and ours).
+        await link.flush()
+        assert link.connected and link.fast_path
+    finally:
+        await nc.close()
+        await link.close()
+
+
+async def test_requests(nats_server: NatsServer) -> None:
+    link = ClientLink([nats_server.url], name="jl-req")
+    await link.connect()
+    nc = await nats.connect(nats_server.url)
+    try:
+
+        async def echo(m: nats.aio.msg.Msg) -> None:
+            if m.data == b"slow":
+                await asyncio.sleep(0.5)
+            await m.respond(b"re:" + m.data)
+
+        await nc.subscribe("svc", cb=echo)
+        await nc.flush()
+        assert await link.request("svc", b"one", 2.0) == b"re:one"
+        # Many at once: each gets its own reply.
+        bodies = [str(i).encode() for i in range(200)]
+        replies = await asyncio.gather(*(link.request("svc", b, 5.0) for b in bodies))
+        assert replies == [b"re:" + b for b in bodies]
+        # Nobody listening: the server's no-responders status, at once.
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="no responders"):
+            await link.request("nobody.here", b"", 5.0)
+        assert time.monotonic() - t0 < 2.0
+        # A reply later than the timeout: TimeoutError, and the late reply is dropped.
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await link.request("svc", b"slow", 0.1)
+        assert 0.09 <= time.monotonic() - t0 < 0.4
+        await asyncio.sleep(0.6)
+        assert await link.request("svc", b"after", 2.0) == b"re:after"
+        assert link._replies == {}
+        # The link down: refused at once.
+        await link.close()
+        with pytest.raises(TransportError):
+            await link.request("svc", b"x", 1.0)
+    finally:
+        await nc.close()
+        await link.close()
