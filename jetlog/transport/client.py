@@ -496,11 +496,14 @@ class ClientLink:
         server's no-responders status).
         """
         loop = asyncio.get_running_loop()
-        if self._reply_sub is None:
+        sub = self._reply_sub
+        if sub is None or (sub.done() and (sub.cancelled() or sub.exception() is not None)):
             # One inbox subscription for the link's lifetime (re-created on reconnects);
             # concurrent first requests share its creation.
-            self._reply_sub = loop.create_task(self.subscribe_raw(self._reply_prefix + "*", self._on_reply))
-        await asyncio.shield(self._reply_sub)
+            sub = self._reply_sub = loop.create_task(
+                self.subscribe_raw(self._reply_prefix + "*", self._on_reply)
+            )
+        await asyncio.shield(sub)
         self._reply_seq += 1
         token = str(self._reply_seq)
         fut: asyncio.Future[bytes] = loop.create_future()
