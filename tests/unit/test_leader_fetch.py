@@ -166,6 +166,39 @@ async def test_a_moved_high_water_mark_alone_waits_for_the_linger(tmp_path: Path
         await _close(stream, leader)
 
 
+async def test_the_linger_counts_from_when_each_fetch_was_parked(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fetch parked just before the linger timer fires (armed by an earlier lagging fetch)
+    is not answered with the HW alone by that timer: under a synchronous publisher each fetch
+    waits one publish and the next message carries the HW."""
+    linger = 0.4
+    monkeypatch.setattr(leader_mod, "HW_LINGER", linger)
+    stream, leader, a, b = await _setup(tmp_path)
+    try:
+        await _shipped_once(stream, a, b)
+        await stream.store.flush()
+        a.fetch()
+        b.fetch()  # both acknowledge m1: the HW moves, both parked lagging; the timer is armed
+        assert leader.hw == 1
+        await asyncio.sleep(linger / 2)
+        n = len(a.replies), len(b.replies)
+        stream.process("s.x", "", b"", b"m2")  # answers both with m2 (and HW 1)
+        await _until(lambda: len(a.replies) > n[0] and len(b.replies) > n[1])
+        await stream.store.flush()
+        n = len(a.replies), len(b.replies)
+        a.fetch()
+        b.fetch()  # acknowledge m2: the HW moves to 2, both parked lagging again
+        parked = time.monotonic()
+        assert leader.hw == 2
+        took = await _until(lambda: len(a.replies) > n[0] and len(b.replies) > n[1], timeout=5)
+        # Not by the first timer (due linger/2 after the second park), but a linger after it.
+        assert time.monotonic() - parked >= linger - 0.05, took
+        for f in (a, b):
+            head, body = f.replies[-1]
+            assert head.hw == 2 and not body
+    finally:
+        await _close(stream, leader)
+
+
 async def test_the_next_message_carries_the_moved_high_water_mark(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # A long linger: whatever the machine's load, the message comes first.
     monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)
