@@ -122,8 +122,25 @@ def test_query_survives_leader_kill_exactly_once(
             .first()
         )
         assert (r.c, r.d, r.lo, r.hi) == (10000, 10000, 1, 10000)
+        # Exactly once: every message of the 10,000, each at one sequence.
+        v = (
+            spark.read.parquet(out)
+            .selectExpr(
+                "count(distinct data) d",
+                "min(cast(data as string)) lo",
+                "max(cast(data as string)) hi",
+                "sum(cast(cast(data as string) not rlike '^m[0-9]{8}$' as int)) odd",
+            )
+            .first()
+        )
+        assert (v.d, v.lo, v.hi, v.odd) == (10000, "m00000000", "m00009999", 0)
+        # In publish order up to the kill. Not after it: the first batch of 200 concurrent
+        # publishes can reach the new leader partly before its promotion (dropped, no PubAck)
+        # and partly after (stored); the retry then stores the dropped part behind the rest
+        # (seen once: sequences 6001-6013 held m6187-m6199, then m6000-m6186). Concurrent
+        # publishes promise no order among themselves, only each message once.
         bad = spark.read.parquet(out).where(
-            "cast(data as string) != concat('m', lpad(cast(seq - 1 as string), 8, '0'))"
+            "seq <= 6000 and cast(data as string) != concat('m', lpad(cast(seq - 1 as string), 8, '0'))"
         )
         assert bad.count() == 0
         after = _fetches(r3cluster)
