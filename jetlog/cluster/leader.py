@@ -180,6 +180,8 @@ class StreamLeader:
         self._ticker = _Ticker.of(asyncio.get_running_loop())
         self._ticker.add(self)
         self.stream.add_stored_listener(self._on_stored)
+        # Followers' fetch replies leave before an inline fsync (an R1 leader has none to wait).
+        self.store.ship_first = bool(self.followers)
         self._recompute()
         self._check_quorum()  # elected with too few in-sync replicas
 
@@ -190,6 +192,7 @@ class StreamLeader:
         """Stop serving: parked fetches are answered NOT_LEADER, waiters released."""
         self._closed = True
         self.stream.remove_stored_listener(self._on_stored)
+        self.store.ship_first = False
         if self._hw_timer is not None:
             self._hw_timer.cancel()
             self._hw_timer = None
@@ -217,6 +220,8 @@ class StreamLeader:
         for r in list(self.followers):
             if r not in self.replicas:
                 del self.followers[r]
+        if not self._closed:
+            self.store.ship_first = bool(self.followers)
         if isr != self.isr:
             log.info("stream %s: ISR %s -> %s (epoch %d)", self.stream.name, self.isr, isr, self.epoch)
         self.isr = list(isr)

@@ -31,6 +31,9 @@ class IndexedStore:
         self._listeners: list[CommitListener] = []
         self._lost_seqs: tuple[int, ...] = ()
         self._lost_bytes = 0
+        # Set by a replicated stream's leader: before a sync stalls the loop (the file store's
+        # inline sync), let the work already scheduled run (its followers' fetch replies).
+        self.ship_first = False
 
     # ---- hooks ------------------------------------------------------------------------------
     def _read(self, blk: Block, i: int) -> StoredMsg:  # pragma: no cover - abstract

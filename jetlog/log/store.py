@@ -378,6 +378,10 @@ class ReplicaLog(Protocol):
     verbatim, so every replica holds the same bytes at the same positions (``Pos``).
     """
 
+    ship_first: bool
+    """Set while the store is a replicated stream's leader: work already scheduled on the loop
+    (fetch replies to followers) runs before a sync that stalls the loop (the inline sync)."""
+
     compact_floor: int
     """Compaction never rewrites a segment whose last sequence is ≥ this (``NO_FLOOR``: no
     limit). Retention of a dead prefix is still allowed. Positions a follower may still fetch

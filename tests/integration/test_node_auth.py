@@ -50,6 +50,8 @@ async def _serve_and_check(srv: NatsServer, data_dir: Path, client: dict[str, An
     )
     await node.start()
     try:
+        # Raw subscriptions (the API) are read from the socket itself, TLS included.
+        assert node.client.fast_path
         nc = await nats.connect(url, **client)
         try:
             js = nc.jetstream(timeout=5)

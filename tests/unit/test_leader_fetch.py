@@ -459,3 +459,16 @@ async def test_ack_confirmations_wait_out_the_previous_leaderships_lease(tmp_pat
         assert time.monotonic() - t1 < 0.05, "no lease: no wait"
     finally:
         await _close(stream, leader)
+
+
+async def test_a_leader_has_its_store_ship_before_an_inline_sync(tmp_path: Path) -> None:
+    stream, leader, _, _ = await _setup(tmp_path)
+    try:
+        assert stream.store.ship_first
+        leader.update_assignment(["n1"], ["n1"], 2)  # down to R1: no follower to wait for
+        assert not stream.store.ship_first
+        leader.update_assignment(["n1", "n2"], ["n1"], 3)
+        assert stream.store.ship_first
+    finally:
+        await _close(stream, leader)
+    assert not stream.store.ship_first

@@ -480,12 +480,22 @@ async def test_work_scheduled_by_the_append_runs_before_an_inline_sync(
     try:
         await _greeted(s)
         loop = asyncio.get_running_loop()
-        for i in range(3):
+
+        async def one(i: int) -> None:
             store.append("k", b"", b"x", time.time_ns())  # kicks the flusher first
             loop.call_soon(order.append, f"ship{i}")  # then the leader's wake-up
             await store.flush()
+
+        store.ship_first = True  # a replicated stream's leader
+        for i in range(3):
+            await one(i)
         assert order == ["ship0", "sync", "ship1", "sync", "ship2", "sync"]
-        assert store.committed_seq == 3
+        # Any other store syncs at once (a lone publisher does not pay the loop pass).
+        store.ship_first = False
+        order.clear()
+        await one(3)
+        assert order == ["sync", "ship3"]
+        assert store.committed_seq == 4
     finally:
         await store.close()
 
