@@ -19,17 +19,22 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 log = logging.getLogger("jetlog.dev")
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(avoid: Container[int] = ()) -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1, not one of ``avoid`` (the kernel
+    may hand out a port it just returned: two members must not get the same one)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise RuntimeError("no free TCP port outside the cluster's own")
 
 
 def serve_argv(nats_url: str, leaf_url: str, data_dir: str, log_level: str, *extra: str) -> list[str]:
@@ -126,7 +131,9 @@ class LocalCluster:
         for name in names:
             entry = layout.get(name)
             if entry is None:
-                entry = layout[name] = {"raft_port": free_port(), "http_port": free_port()}
+                taken = {p for e in layout.values() for p in e.values()}
+                raft = free_port(taken)
+                entry = layout[name] = {"raft_port": raft, "http_port": free_port(taken | {raft})}
                 changed = True
             self.members[name] = Member(
                 name, entry["raft_port"], entry["http_port"], os.path.join(self.root, name)
@@ -191,7 +198,8 @@ class LocalCluster:
                 taken = f"('127.0.0.1', {m.http_port}): address already in use"
                 if attempt == 2 or taken not in str(e):
                     raise
-                old, m.http_port = m.http_port, free_port()
+                ours = {p for o in self.members.values() for p in (o.raft_port, o.http_port)}
+                old, m.http_port = m.http_port, free_port(ours)
                 log.warning(
                     "node %s: monitoring port %d taken meanwhile; retrying on %d", name, old, m.http_port
                 )

@@ -32,7 +32,10 @@ from jetlog.embedded import NatsServer
 def nats_cluster(tmp: str, n: int = 3) -> list[NatsServer]:
     """``n`` nats-server -js processes forming one cluster (not started). Fixed ports so a
     server can be restarted into the same cluster."""
-    ports = [free_port() for _ in range(n)]
+    taken: list[int] = []
+    for _ in range(2 * n):  # route ports, then client ports, all distinct
+        taken.append(free_port(taken))
+    ports, clients = taken[:n], taken[n:]
     routes = ",".join(f"nats-route://127.0.0.1:{p}" for p in ports)
     return [
         NatsServer(
@@ -40,7 +43,7 @@ def nats_cluster(tmp: str, n: int = 3) -> list[NatsServer]:
             leafnode=False,
             store_dir=os.path.join(tmp, f"js{i}"),
             name=f"s{i}",
-            client_port=free_port(),
+            client_port=clients[i],
             extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}",
         )
         for i, p in enumerate(ports)
