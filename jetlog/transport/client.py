@@ -78,10 +78,15 @@ class _RawClient(Client):
         if cb is None:
             await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
+        self.deliver_raw(cb, subject, reply, headers or b"", data)
+
+    def deliver_raw(self, cb: RawCallback, subject: bytes, reply: bytes, hdr: bytes, data: bytes) -> None:
+        """Hand a raw subscription's message to its callback (nats-py's parser or the fast
+        path, ``_FastReader``), counted in nats-py's stats."""
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
         try:
-            cb(subject.decode(), reply.decode() if reply else None, headers or b"", data)
+            cb(subject.decode(), reply.decode() if reply else None, hdr, data)
         except Exception:  # a handler bug must not kill the connection's reader
             log.exception("handler for %s failed", subject)
 
@@ -107,22 +112,16 @@ class _FastReader(asyncio.Protocol):
         self.split = ClientSplitter(nc.raw_callbacks)
 
     def data_received(self, data: bytes) -> None:
-        cbs = self.nc.raw_callbacks
-        stats = self.nc.stats
+        nc = self.nc
+        cbs = nc.raw_callbacks
         for item in self.split.feed(data):
             if isinstance(item, bytes):
                 self.inner.data_received(item)
                 continue
             sid, subject, reply, hdr, payload = item
             cb = cbs.get(sid)
-            if cb is None:  # unsubscribed since the split (cannot happen within one read)
-                continue
-            stats["in_msgs"] += 1
-            stats["in_bytes"] += len(payload)
-            try:
-                cb(subject.decode(), reply.decode() if reply else None, hdr, payload)
-            except Exception:  # a handler bug must not kill the connection's reader
-                log.exception("handler for %s failed", subject)
+            if cb is not None:  # else unsubscribed by a callback earlier in this read
+                nc.deliver_raw(cb, subject, reply, hdr, payload)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
