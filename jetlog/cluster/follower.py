@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -107,6 +108,10 @@ class StreamFollower:
     def deliveries_held(self) -> bool:
         """A follower runs no consumers."""
         return False
+
+    def lease_until(self) -> float | None:
+        """A follower runs no consumers: no lease to keep."""
+        return math.inf
 
     async def sync(self) -> None:
         """A follower has nothing of its own to replicate: its local durability only."""

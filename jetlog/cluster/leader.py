@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import weakref
 from collections import deque
@@ -263,10 +264,22 @@ class StreamLeader:
         in the upstream server and arrives when it resumes, although that follower may have
         moved to the new leader meanwhile (a chaos run saw such a stale fetch resume a deposed
         leader's deliveries, and it redelivered an acknowledged message)."""
+        return self.lease_until() is None
+
+    def lease_until(self) -> float | None:
+        """When (``clock``) the delivery lease ends: ``hold_after`` after the latest reply an
+        in-sync follower proved it got (see ``deliveries_held``); None: deliveries are held
+        now; inf: no in-sync follower to hear from. A delivery decided now must reach the
+        upstream server before then: the leaf link drops it if still unwritten at that moment."""
         now = self._clock()
         if now < self.fence_until:
-            return True
-        return self._lost_followers(now)
+            return None
+        others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
+        if not others:
+            return math.inf
+        # Same rule as ``_lost_followers``: held once every follower is quiet past hold_after.
+        heard = max(f.heard for f in others)
+        return None if now - heard > self.hold_after else heard + self.hold_after
 
     def _lost_followers(self, now: float) -> bool:
         others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]

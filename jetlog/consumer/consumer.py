@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from typing import Any
 
 from jetlog.consumer import delivery as D
@@ -144,7 +145,8 @@ class Consumer(ConsumerPush):
             # Deliveries wait for the leaf link (the consumer set kicks every consumer when it
             # is back) instead of filling its disconnected buffer with frames that may be lost.
             return
-        if self.host.stream.deliveries_held():
+        lease = self.host.stream.delivery_lease()
+        if lease is None:
             # A leader that may have been deposed (paused, cut off) must not redeliver from
             # its stale state what the real leader has seen acknowledged; the replication
             # side kicks every consumer when the hold lifts.
@@ -154,6 +156,11 @@ class Consumer(ConsumerPush):
         except Exception:  # a bug must not kill the loop; log and stop this pass
             log.exception("consumer %s > %s: delivery pass failed", self.stream.name, self.name)
             return
+        finally:
+            if lease != math.inf:
+                # The process may stall anywhere in this pass, after the check above: frames
+                # still unwritten when the lease ends are dropped (they stay pending).
+                self.host.leaf.deliveries_valid_until(lease)
         if more:
             self.kick()
 

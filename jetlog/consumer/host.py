@@ -46,8 +46,9 @@ class ConsumerStream(Protocol):
         """The highest sequence readers may see."""
         ...
 
-    def deliveries_held(self) -> bool:
-        """Deliveries must wait (a replicated stream's leader unsure it still leads)."""
+    def delivery_lease(self) -> float | None:
+        """None: deliveries must wait (a replicated stream's leader unsure it still leads);
+        else until when (``time.monotonic``) deliveries decided now may be written."""
         ...
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:

@@ -58,6 +58,12 @@ class Replication(Protocol):
         leader by now, which delivers in its place)."""
         ...
 
+    def lease_until(self) -> float | None:
+        """Until when (``time.monotonic``) a consumer delivery decided now may still be written
+        (it must reach the upstream server before another leader may deliver); None while
+        deliveries are held; ``math.inf`` when there is no one to lose the lease to."""
+        ...
+
     def committed_wanted(self) -> None:
         """A reader waits for messages stored here to be known committed: learn the committed
         mark now if it may have moved (a follower asks its leader; the leader knows)."""

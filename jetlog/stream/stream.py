@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -121,6 +122,11 @@ class Stream(StreamRuns):
     def deliveries_held(self) -> bool:
         """Whether consumer deliveries must wait (see ``Replication.deliveries_held``)."""
         return self.repl is not None and self.repl.deliveries_held()
+
+    def delivery_lease(self) -> float | None:
+        """Until when (``time.monotonic``) deliveries decided now may be written; None: they
+        must wait now (see ``Replication.lease_until``)."""
+        return math.inf if self.repl is None else self.repl.lease_until()
 
     async def promote(self, epoch: int, repl: Replication) -> None:
         """Become the writer (stream leader) at ``epoch``: stamp new batches with it, rebuild

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import ssl
 from collections.abc import Coroutine
@@ -124,6 +125,7 @@ class LeafConnection(LeafIO):
             proto.transport.close()
         self._wbuf.clear()
         self._wbuf_bytes = 0
+        self._wbuf_lease = math.inf
         self._fail_pongs(TransportError("leaf link closed"))
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
         for t in tasks:
@@ -353,6 +355,7 @@ class LeafConnection(LeafIO):
             self._pending_bytes += self._wbuf_bytes
             self._wbuf.clear()
             self._wbuf_bytes = 0
+            self._wbuf_lease = math.inf
         self._fail_pongs(TransportError("leaf link connection lost"))
         if was_connected:
             why = str(exc) if exc else "closed by the server"

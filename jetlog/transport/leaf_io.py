@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import ssl
 import time
 from collections import deque
@@ -115,6 +116,9 @@ class LeafIO:
         # acknowledged (docs/chaos.md, the late frame of seq 1414). The consumer state keeps
         # them pending: redelivered after ack_wait if this node still leads.
         self.stale_after = 0.0
+        # The earliest lease a delivery pass noted for the deliveries in _wbuf (see
+        # ``deliveries_valid_until``); inf: none noted.
+        self._wbuf_lease = math.inf
         self._flush_scheduled = False
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -390,12 +394,24 @@ class LeafIO:
         proto = self._proto
         if proto is None or proto.transport is None or not self.connected:
             return  # kept in _wbuf; moved to _pending by _on_connection_lost
-        if self.stale_after and time.monotonic() - self._wbuf_since > self.stale_after:
+        now = time.monotonic()
+        if now > self._wbuf_lease or (self.stale_after and now - self._wbuf_since > self.stale_after):
             self._drop_stale_deliveries()
         data = self._wbuf[0] if len(self._wbuf) == 1 else b"".join(self._wbuf)
         self._wbuf.clear()
         self._wbuf_bytes = 0
+        self._wbuf_lease = math.inf
         proto.transport.write(data)
+
+    def deliveries_valid_until(self, until: float) -> None:
+        """The consumer deliveries queued so far were decided under a lease that ends at
+        ``until`` (``time.monotonic``): if they are still unwritten by then, they are dropped
+        like stale ones. The process can stall (SIGSTOP, a long pause) *inside* a delivery pass,
+        after its lease check and before its frames are queued; ``stale_after`` counts from
+        the queueing and cannot see that stall (chaos: a deposed leader's pass resumed after a
+        1.5 s freeze sent two deliveries its successor had already seen acknowledged)."""
+        if self._wbuf and until < self._wbuf_lease:
+            self._wbuf_lease = until
 
     def _drop_stale_deliveries(self) -> None:
         """Drop the consumer deliveries from _wbuf (rare path: after a stall, see ``stale_after``)."""
@@ -406,12 +422,14 @@ class LeafIO:
         self._wbuf[:] = keep
         self._wbuf_bytes = sum(len(f) for f in keep)
         self.stats.stale_deliveries += dropped
+        now = time.monotonic()
         log.warning(
-            "leaf link %s: %d consumer deliveries waited %.1fs to be written (the process stalled): "
-            "dropped, they stay pending",
+            "leaf link %s: %d consumer deliveries waited %.1fs to be written, %.3fs past their "
+            "lease (the process stalled): dropped, they stay pending",
             self.name,
             dropped,
-            time.monotonic() - self._wbuf_since,
+            now - self._wbuf_since,
+            max(0.0, now - self._wbuf_lease),
         )
 
     def publish(

@@ -5,6 +5,7 @@ PubAcks and limit removals, with headers, oversize messages and failures interle
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -136,6 +137,9 @@ class Repl:
 
     def deliveries_held(self) -> bool:
         return False
+
+    def lease_until(self) -> float | None:
+        return math.inf
 
     def committed_wanted(self) -> None:
         return None

@@ -344,10 +344,11 @@ async def test_a_fetch_sent_before_a_pause_does_not_resume_deliveries(tmp_path: 
     try:
         await _shipped_once(stream, a, b)  # both followers answered at t=1000
         assert not leader.deliveries_held()
+        assert leader.lease_until() == 1000.0 + leader.hold_after
         # The leader is frozen for 2 s (SIGSTOP): its followers move to a new leader. A fetch
         # one of them sent before that waited in the upstream server and arrives now.
         now[0] += 2.0
-        assert leader.deliveries_held()
+        assert leader.deliveries_held() and leader.lease_until() is None
         stream.process("s.x", "", b"", b"m2")
         a.fetch()  # stale: it answers the reply of t=1000
         assert a.replies[-1][1], "the stale fetch is answered (with m2)"
@@ -356,6 +357,8 @@ async def test_a_fetch_sent_before_a_pause_does_not_resume_deliveries(tmp_path: 
         now[0] += 0.01
         a.fetch()
         assert not leader.deliveries_held()
+        # The lease runs from the reply the fetch answers (sent at t=1002), not from the fetch.
+        assert leader.lease_until() == 1002.0 + leader.hold_after
     finally:
         await _close(stream, leader)
 

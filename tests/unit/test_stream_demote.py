@@ -5,6 +5,7 @@ roles never advances its committed mark on local durability."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 from jetlog.api.models import StreamConfigRequest
@@ -44,6 +45,9 @@ class NoQuorum:
 
     def deliveries_held(self) -> bool:
         return False
+
+    def lease_until(self) -> float | None:
+        return math.inf
 
     def committed_wanted(self) -> None:
         return None
