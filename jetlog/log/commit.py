@@ -333,8 +333,9 @@ def note_written(seg: Segment, at: int, bufs: list[bytes]) -> None:
 
     The CRC is of the bytes this process wrote, never of bytes read back, so it cannot vouch
     for damage on disk: a segment damaged after the write fails the CRC check at open and is
-    checked batch by batch. Writes not in order from the start (a segment opened from disk)
-    leave it unknown; the index file's CRC is then computed from the file (``maintenance``)."""
+    checked batch by batch. A segment found on disk starts from the CRC its index file proved
+    at open (recovery's fast path), else it is unknown; writes not in order from there leave
+    it unknown, and the index file's CRC is then computed from the file (``maintenance``)."""
     if LEDGER is not None:  # test-only: the size a sync now covers (see ``syncledger``)
         LEDGER.wrote(seg.path, at + sum(len(b) for b in bufs))
     c = seg.wcrc

