@@ -269,6 +269,8 @@ def load_epochs(directory: str, io: SegmentIO, segs: list[Segment], start: Pos, 
         g0 = hs.after(entries[-1][1]) if entries else 0
         while g0 < hs.n and hs.epoch(hs.n - 1) > latest:
             lo, hi = g0, hs.n - 1  # the first batch of a later epoch is in [lo, hi]
+            if hs.epoch(lo) == hs.epoch(hi):
+                hi = lo  # one epoch from here to the end (a store that never changed epoch)
             while lo < hi:
                 mid = (lo + hi) // 2
                 if hs.epoch(mid) > latest:

@@ -120,10 +120,10 @@ def recovered_end(segs: list[Segment]) -> Pos:
 
 
 def recover_all(
-    path: str, io: SegmentIO, verify: bool, first_seq: int
+    path: str, io: SegmentIO, verify: bool, first_seq: int, lazy: bool = False
 ) -> tuple[Recovered, Index, list[Entry]]:
     """Recovery of a store directory: segments, index, epoch checkpoint (blocking; a thread)."""
-    rec = recover(path, io, verify=verify, first_seq=first_seq)
+    rec = recover(path, io, verify=verify, first_seq=first_seq, lazy=lazy)
     ix = build_index(rec)
     end = recovered_end(rec.segments)
     return rec, ix, load_epochs(path, io, rec.segments, start_pos(rec.segments), end)

@@ -53,6 +53,7 @@ from jetlog.log.pipeline import Flusher
 from jetlog.log.rawread import bulk_reader, stored_headers
 from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
 from jetlog.log.replica import cap_raw, check_max_batch, merge_op
+from jetlog.log.scrub import Scrub
 from jetlog.log.segment import OsIO, Segment, SegmentIO, read_record
 from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredHeaders, StoredMsg
 from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
@@ -155,6 +156,8 @@ class FileStore(IndexedStore):
         )
         self._maint = Maintenance(self, *self._auto)
         self._fl = Flusher(self, self._always)
+        self.scrub = Scrub(self.path, lambda: self._segs)
+        self.scrub.start()
 
     @classmethod
     async def open(
@@ -168,6 +171,7 @@ class FileStore(IndexedStore):
         sync_interval: float = 1.0,
         io: SegmentIO | None = None,
         verify: bool = True,
+        lazy_verify: bool = False,
         auto_compact: bool = True,
         compact_threshold: float = 0.5,
         syncer: SyncService | str = "helper",
@@ -178,8 +182,9 @@ class FileStore(IndexedStore):
         ``"interval"`` (commits are reported after the write; fdatasync at most every
         ``sync_interval`` seconds — acknowledged data can be lost on power failure). ``first_seq``
         only applies to a new store. ``verify`` checks every batch CRC on open even where an
-        index file is valid. Raises ``StorageError`` for an unusable directory; corruption
-        never raises (see ``recovery``).
+        index file is valid. ``lazy_verify``: a segment whose index file vouches for all of it
+        is not read at open; it is checked in the background afterwards (``scrub``). Raises
+        ``StorageError`` for an unusable directory; corruption never raises (see ``recovery``).
 
         ``syncer``: ``"helper"`` (the loop's shared fsync helper process, ``syncer.py``),
         ``"thread"`` (fsync in a thread of this process: the old path, slow under a busy loop)
@@ -196,7 +201,9 @@ class FileStore(IndexedStore):
 
         owned: Syncer | None = None
         try:
-            rec, ix, epochs = await asyncio.to_thread(fr.recover_all, path, sio, verify, first_seq)
+            rec, ix, epochs = await asyncio.to_thread(
+                fr.recover_all, path, sio, verify, first_seq, lazy_verify
+            )
             if syncer == "helper":
                 owned = acquire_syncer()
                 syncer = owned
@@ -499,6 +506,7 @@ class FileStore(IndexedStore):
             return
         self._closed = True
         self._refuse = True
+        await self.scrub.stop()
         if self._failed is None:
             self._fl.stopping = True
             self._fl.kick()
@@ -554,6 +562,7 @@ class FileStore(IndexedStore):
         """Test hook: drop everything as a crash would (no flush, no index files)."""
         self._closed = True
         self._refuse = True
+        await self.scrub.stop()
         self._fl.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._fl.task

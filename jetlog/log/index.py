@@ -542,7 +542,8 @@ class Index:
             blk.size, blk.pos, blk.aux = size[c:e], pos[c:e], aux[c:e]
             blk.live = live[c:e]
             blk.nlive = blk.live.count(1)
-            blk.live_bytes = sum(compress(blk.size, blk.live))
+            # All live (recovery of a store without removals): no mask to apply.
+            blk.live_bytes = sum(blk.size) if blk.nlive == len(blk.live) else sum(compress(blk.size, blk.live))
             out.append(blk)
         return out
 

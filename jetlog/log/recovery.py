@@ -134,8 +134,12 @@ def list_segments(path: str, io: SegmentIO) -> list[int]:
     return sorted(bases)
 
 
-def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1) -> Recovered:
-    """Load every segment of ``path`` (see the module docstring)."""
+def recover(
+    path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1, lazy: bool = False
+) -> Recovered:
+    """Load every segment of ``path`` (see the module docstring). ``lazy``: a segment whose
+    index file vouches for all of it (content CRC, size) is not read; it is marked ``trusted``
+    for the background check (``scrub``)."""
     out = Recovered()
     dctx = zstandard.ZstdDecompressor()
     bases = list_segments(path, io)
@@ -157,7 +161,7 @@ def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1
         last = k == len(bases) - 1
         upper = bases[k + 1] - 1 if not last else 0
         seg = Segment(path, base)
-        data = _load_segment(path, seg, io, out, dctx, last=last, upper=upper, verify=verify)
+        data = _load_segment(path, seg, io, out, dctx, last=last, upper=upper, verify=verify, lazy=lazy)
         if data.seqs and data.seqs[0] <= prev_max:
             # CRC-valid records that overlap older ones: not something a crash produces.
             log.error("segment %s overlaps earlier sequences; quarantining it whole", seg.path)
@@ -205,6 +209,13 @@ def recover(path: str, io: SegmentIO, *, verify: bool = True, first_seq: int = 1
     return out
 
 
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return -1
+
+
 def _write_empty(path: str, seg: Segment, io: SegmentIO, data: SegmentData) -> None:
     """Create the segment file holding one header-only batch that records ``base - 1`` as the
     last sequence (so an empty store remembers its first sequence)."""
@@ -233,6 +244,7 @@ def _load_segment(
     last: bool,
     upper: int,
     verify: bool,
+    lazy: bool = False,
 ) -> SegmentData:
     idx: SegmentData | None = None
     try:
@@ -240,19 +252,21 @@ def _load_segment(
             idx = decode_idx(f.read(), seg.base)
     except FileNotFoundError:
         idx = None
-    if (
-        verify
-        and idx is not None
-        and idx.content_crc is not None
-        and mapped_crc(io, seg.path, idx.covered) == idx.content_crc
-    ):
+    if idx is not None and idx.content_crc is not None and idx.covered > 0:
         # The common case after a clean close: an index that vouches for the whole file (its
-        # size and the CRC32C of every byte, checked here) leaves nothing to scan, so the
-        # segment is not read into memory. Anything else takes the full path below. The CRC
-        # checked is that of the bytes as written: appends extend it, and the index written at
-        # close need not read the file back (``Segment.wcrc``).
-        seg.wcrc, seg.wlen = idx.content_crc, idx.covered
-        return idx
+        # size and the CRC32C of every byte) leaves nothing to scan. ``lazy``: the size is
+        # checked now and the bytes later, in the background (``scrub``; every read checks
+        # its records' CRCs meanwhile); else the CRC is checked here, over a mapping (the
+        # segment is not read into memory). Anything else takes the full path below. The CRC
+        # is that of the bytes as written: appends extend it, and the index written at close
+        # need not read the file back (``Segment.wcrc``).
+        if lazy and _file_size(seg.path) == idx.covered:
+            seg.wcrc, seg.wlen = idx.content_crc, idx.covered
+            seg.trusted = (idx.covered, idx.content_crc)
+            return idx
+        if verify and mapped_crc(io, seg.path, idx.covered) == idx.content_crc:
+            seg.wcrc, seg.wlen = idx.content_crc, idx.covered
+            return idx
     buf = read_file(io, seg.path)
     complete_to = 0 if last else len(buf)
     idx_hint = idx if idx is not None and idx.covered <= len(buf) else None

@@ -307,6 +307,7 @@ class Segment:
         "sealed",
         "size",
         "table",
+        "trusted",
         "ttl",
         "wcrc",
         "wlen",
@@ -326,6 +327,9 @@ class Segment:
         # index file's content CRC without reading the segment back (see ``note_written``).
         self.wcrc: int | None = None
         self.wlen = 0
+        # (covered, content CRC) of a segment a lazy open took on its index file's word
+        # without reading it; None once the scrub checked it (or when it was read at open).
+        self.trusted: tuple[int, int] | None = None
         self.nrecords = 0
         self.nlive = 0
         self.min_seq = 0
@@ -561,13 +565,15 @@ def decode_idx(buf: bytes, base: int) -> SegmentData | None:
             (d.content_crc,) = IDX_CONTENT.unpack_from(buf, p)
         p += IDX_CONTENT.size
 
+    view = memoryview(buf)
+
     def take(typecode: str, count: int) -> array[Any]:
         nonlocal p
         a = array(typecode)
         nbytes = a.itemsize * count
         if p + nbytes > len(buf):
             raise ValueError("short index file")
-        a.frombytes(buf[p : p + nbytes])
+        a.frombytes(view[p : p + nbytes])  # one copy (a bytes slice would make two)
         if not _LITTLE:
             a.byteswap()
         p += nbytes

@@ -61,6 +61,9 @@ class StoreSettings(Protocol):
     @property
     def segment_bytes(self) -> int: ...
 
+    @property
+    def verify_on_open(self) -> str: ...
+
 
 class _Meta(msgspec.Struct):
     config: msgspec.Raw
@@ -321,6 +324,7 @@ class StreamManager:
             sync_interval=st.sync_interval,
             segment_bytes=st.segment_bytes,
             first_seq=first_seq,
+            lazy_verify=st.verify_on_open == "lazy",
         )
 
     def _subscribe(self, stream: Stream) -> None:

@@ -3,6 +3,7 @@ a torn tail is truncated; a corrupt stream metadata file leaves that stream offl
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 
@@ -133,3 +134,66 @@ async def test_corrupt_stream_metadata_leaves_only_that_stream_offline(tmp_path)
         finally:
             await nc.close()
             await node.terminate()
+
+
+async def test_damage_under_an_intact_index_is_never_served_and_quarantined_next_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The node's default open is lazy: a segment whose index vouches for it is not read at
+    start. Damaged bytes under an intact index are still never served (reads check each
+    record's CRC), the background scrub reports them, and the next start quarantines them."""
+    data = str(tmp_path / "data")
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data)
+        url = await node.start()
+        nc = await nats.connect(url)
+        await _fill(nc.jetstream(), "ROT", 50)
+        await nc.close()
+        assert await node.terminate() == 0
+        seg = _segments(data, "ROT")[0]
+        size = os.path.getsize(seg)
+        with open(seg, "r+b") as f:  # bit rot in the middle, the index file left as it was
+            f.seek(size // 2)
+            chunk = f.read(64)
+            f.seek(size // 2)
+            f.write(bytes(b ^ 0xFF for b in chunk))
+
+        url = await node.start()
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            served, refused = 0, 0
+            for seq in range(1, 51):
+                try:
+                    m = await js.get_msg("ROT", seq)
+                except nats.js.errors.APIError as e:
+                    assert (e.code, e.err_code) == (503, 10077) and "corrupt segment" in str(e.description)
+                    refused += 1
+                    continue
+                assert m.data == f"ROT-{seq - 1}".encode() * 20  # never wrong bytes
+                served += 1
+            assert refused >= 1 and served + refused == 50
+            for _ in range(200):
+                if any("does not match the CRC its index recorded" in x for x in node.stderr_lines):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(
+                    "the scrub did not report the damage:\n" + "\n".join(node.stderr_lines[-20:])
+                )
+        finally:
+            await nc.close()
+            assert await node.terminate() == 0
+
+        url = await node.start()
+        nc = await nats.connect(url)
+        try:
+            r = await api(nc, "$JS.API.STREAM.INFO.ROT")
+            st = r["state"]
+            assert "lost" in st and st["lost"]["msgs"], st
+            lost = set(st["lost"]["msgs"])
+            assert st["messages"] == 50 - len(lost) and len(lost) >= refused
+            js = nc.jetstream()
+            for seq in sorted(set(range(1, 51)) - lost):
+                assert (await js.get_msg("ROT", seq)).data == f"ROT-{seq - 1}".encode() * 20
+        finally:
+            await nc.close()
+            assert await node.terminate() == 0
