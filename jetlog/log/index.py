@@ -543,7 +543,9 @@ class Index:
             blk.live = live[c:e]
             blk.nlive = blk.live.count(1)
             # All live (recovery of a store without removals): no mask to apply.
-            blk.live_bytes = sum(blk.size) if blk.nlive == len(blk.live) else sum(compress(blk.size, blk.live))
+            blk.live_bytes = (
+                sum(blk.size) if blk.nlive == len(blk.live) else sum(compress(blk.size, blk.live))
+            )
             out.append(blk)
         return out
 

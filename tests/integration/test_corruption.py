@@ -22,6 +22,26 @@ async def _fill(js: nats.js.JetStreamContext, name: str, n: int) -> None:
         await js.publish(f"{name.lower()}.x", f"{name}-{i}".encode() * 20)
 
 
+async def _filled_node(srv: NatsServer, data: str, name: str, n: int) -> NodeProcess:
+    """A node that stored ``n`` messages in stream ``name`` and was stopped cleanly."""
+    node = NodeProcess(srv, data)
+    nc = await nats.connect(await node.start())
+    await _fill(nc.jetstream(), name, n)
+    await nc.close()
+    assert await node.terminate() == 0
+    return node
+
+
+def _flip_middle(seg: str) -> None:
+    """Invert 64 bytes in the middle of a segment file (bit rot)."""
+    size = os.path.getsize(seg)
+    with open(seg, "r+b") as f:
+        f.seek(size // 2)
+        chunk = f.read(64)
+        f.seek(size // 2)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+
+
 def _segments(data_dir: str, stream: str) -> list[str]:
     return sorted(glob.glob(os.path.join(data_dir, "streams", stream, "log", "*.log")))
 
@@ -40,13 +60,7 @@ async def test_corrupt_segment_quarantined_node_stays_up(tmp_path) -> None:  # t
 
         segs = _segments(data, "BAD")
         assert segs, "no segment files"
-        seg = segs[0]
-        size = os.path.getsize(seg)
-        with open(seg, "r+b") as f:  # flip bytes in the middle of the log
-            f.seek(size // 2)
-            chunk = f.read(64)
-            f.seek(size // 2)
-            f.write(bytes(b ^ 0xFF for b in chunk))
+        _flip_middle(segs[0])
         # Make the index agree with nothing so recovery must scan (and meet the damage).
         for idx in glob.glob(os.path.join(data, "streams", "BAD", "log", "*.idx")):
             os.unlink(idx)
@@ -142,19 +156,8 @@ async def test_damage_under_an_intact_index_is_never_served_and_quarantined_next
     record's CRC), the background scrub reports them, and the next start quarantines them."""
     data = str(tmp_path / "data")
     async with NatsServer(leafnode=True) as srv:
-        node = NodeProcess(srv, data)
-        url = await node.start()
-        nc = await nats.connect(url)
-        await _fill(nc.jetstream(), "ROT", 50)
-        await nc.close()
-        assert await node.terminate() == 0
-        seg = _segments(data, "ROT")[0]
-        size = os.path.getsize(seg)
-        with open(seg, "r+b") as f:  # bit rot in the middle, the index file left as it was
-            f.seek(size // 2)
-            chunk = f.read(64)
-            f.seek(size // 2)
-            f.write(bytes(b ^ 0xFF for b in chunk))
+        node = await _filled_node(srv, data, "ROT", 50)
+        _flip_middle(_segments(data, "ROT")[0])  # the index file left as it was
 
         url = await node.start()
         nc = await nats.connect(url)
