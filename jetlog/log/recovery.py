@@ -260,6 +260,9 @@ def _load_segment(
         # segment is not read into memory). Anything else takes the full path below. The CRC
         # is that of the bytes as written: appends extend it, and the index written at close
         # need not read the file back (``Segment.wcrc``).
+        # Size equality is enough to trust the layout: bytes below an index's ``covered`` are
+        # never rewritten while that index exists (a truncation, a compaction or a quarantine
+        # removes or replaces the index file first), so only damage at rest can differ.
         if lazy and _file_size(seg.path) == idx.covered:
             seg.wcrc, seg.wlen = idx.content_crc, idx.covered
             seg.trusted = (idx.covered, idx.content_crc)
