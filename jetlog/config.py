@@ -61,10 +61,11 @@ class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     segment_bytes: int = 64 * 1024 * 1024
     """Size at which a stream's log rolls to a new segment file."""
     verify_on_open: Literal["lazy", "full"] = "lazy"
-    """``lazy``: at start, a segment whose index file vouches for it (size and content CRC) is
-    not read; a background scrub checks it afterwards, reads check every record's CRC, damage is
-    quarantined at the next start. ``full``: every segment's CRC is checked before the node
-    serves (slower restarts; damage quarantined at once)."""
+    """``lazy``: at start, a segment of a single-node stream whose index file vouches for it
+    (size and content CRC) is not read; a background scrub checks it afterwards, reads check
+    every record's CRC, damage is quarantined at the next start. ``full``: every segment's CRC
+    is checked before the node serves (slower restarts; damage quarantined at once). Replicas
+    in a cluster always check in full, so that a damaged one is rebuilt from its leader."""
 
 
 class Http(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -324,7 +324,9 @@ class StreamManager:
             sync_interval=st.sync_interval,
             segment_bytes=st.segment_bytes,
             first_seq=first_seq,
-            lazy_verify=st.verify_on_open == "lazy",
+            # A replica in a cluster checks every segment before it serves: a damaged one is then
+            # rebuilt from its leader at once (the scrub of a lazy open would find it later).
+            lazy_verify=st.verify_on_open == "lazy" and not replicated,
         )
 
     def _subscribe(self, stream: Stream) -> None:
