@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from jetlog.log.positions import NULL_LAST, PosTable
@@ -20,6 +20,9 @@ def _reference(offsets: list[int], lasts: list[int], covered: int) -> PosTable:
 
 
 @given(st.lists(st.tuples(st.integers(1, 5000), st.booleans()), max_size=40), st.integers(0, 100))
+# What every store starts with: one header-only (null) batch, then batches with records.
+@example([(48, True)] + [(100 + i, False) for i in range(30)], 0)
+@example([(48, True), (70, False), (48, True), (90, False)], 5)
 def test_from_batches_matches_reference(batches: list[tuple[int, bool]], tail: int) -> None:
     offsets, lasts = [], []
     p, seq = 0, 0
