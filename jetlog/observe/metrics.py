@@ -110,10 +110,20 @@ class NodeCollector(Collector):
             "PubAcks issued (each sent once its message is committed)",
             labels=["stream"],
         )
+        scrubbed = CounterMetricFamily(
+            "jetlog_scrub_segments",
+            "Segments a lazy open trusted, checked since by the background scrub (result: ok or "
+            "damaged; damaged ones are quarantined at the next start)",
+            labels=["stream", "result"],
+        )
         streams = dict(node.streams.streams) if node.streams is not None else {}
         if streams:
             for name, s in streams.items():
                 st = s.store
+                scrub = getattr(st, "scrub", None)
+                if scrub is not None:
+                    scrubbed.add_metric([name, "ok"], scrub.checked - scrub.damaged)
+                    scrubbed.add_metric([name, "damaged"], scrub.damaged)
                 msgs.add_metric([name], st.msgs)
                 nbytes.add_metric([name], st.bytes)
                 last.add_metric([name], st.last_seq)
@@ -123,7 +133,7 @@ class NodeCollector(Collector):
                 dups.add_metric([name], s.stats.duplicates)
                 rejected.add_metric([name], s.stats.rejected)
                 pubacks.add_metric([name], s.stats.pubacks)
-        yield from (msgs, nbytes, last, committed, received, stored, dups, rejected, pubacks)
+        yield from (msgs, nbytes, last, committed, received, stored, dups, rejected, pubacks, scrubbed)
         yield from _consumer_families(streams)
         yield from _fsync_family()
         if node.cluster is not None:

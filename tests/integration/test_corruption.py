@@ -10,6 +10,7 @@ import os
 import nats
 import pytest
 
+from jetlog.devcluster import free_port
 from jetlog.embedded import NatsServer
 
 from .jsutil import api
@@ -40,6 +41,15 @@ def _flip_middle(seg: str) -> None:
         chunk = f.read(64)
         f.seek(size // 2)
         f.write(bytes(b ^ 0xFF for b in chunk))
+
+
+async def _http_get(port: int, path: str) -> str:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await w.drain()
+    data = await asyncio.wait_for(r.read(), 5)
+    w.close()
+    return data.partition(b"\r\n\r\n")[2].decode()
 
 
 def _segments(data_dir: str, stream: str) -> list[str]:
@@ -158,6 +168,8 @@ async def test_damage_under_an_intact_index_is_never_served_and_quarantined_next
     async with NatsServer(leafnode=True) as srv:
         node = await _filled_node(srv, data, "ROT", 50)
         _flip_middle(_segments(data, "ROT")[0])  # the index file left as it was
+        http = free_port()
+        node.extra_args = ["--http", f"127.0.0.1:{http}"]
 
         url = await node.start()
         nc = await nats.connect(url)
@@ -182,6 +194,8 @@ async def test_damage_under_an_intact_index_is_never_served_and_quarantined_next
                 raise AssertionError(
                     "the scrub did not report the damage:\n" + "\n".join(node.stderr_lines[-20:])
                 )
+            metrics = await _http_get(http, "/metrics")
+            assert 'jetlog_scrub_segments_total{result="damaged",stream="ROT"} 1.0' in metrics
         finally:
             await nc.close()
             assert await node.terminate() == 0

@@ -76,6 +76,9 @@ async def test_metrics_health_ready(tmp_path: Any) -> None:
             assert 'jetlog_stream_pubacks_total{stream="MET"} 3.0' in body
             assert 'jetlog_link_up{link="leafnode"} 1.0' in body
             assert "jetlog_stale_deliveries_dropped_total 0.0" in body  # no stall, and a single node
+            # A new stream's segment was never trusted by a lazy open: nothing for the scrub.
+            assert 'jetlog_scrub_segments_total{result="damaged",stream="MET"} 0.0' in body
+            assert 'jetlog_scrub_segments_total{result="ok",stream="MET"} 0.0' in body
             assert 'jetlog_api_errors_by_code_total{err_code="10059"} 1.0' in body
             assert 'jetlog_consumer_delivered_total{consumer="MC",stream="MET"} 3.0' in body
             assert 'jetlog_consumer_acks_total{consumer="MC",stream="MET"} 2.0' in body
