@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from array import array
 from bisect import bisect_right
@@ -56,6 +57,8 @@ from jetlog.log.replica import (
 from jetlog.log.segment import Segment, SegmentIO, idx_name, seg_name
 from jetlog.log.store import OutOfRangeError, Pos, PositionError, ReplicaError, ReplicaRead
 from jetlog.wire import records as rc
+
+log = logging.getLogger("jetlog.log.filereplica")
 
 if TYPE_CHECKING:
     from jetlog.log.commit import StoreSync
@@ -126,7 +129,16 @@ def recover_all(
     rec = recover(path, io, verify=verify, first_seq=first_seq, lazy=lazy)
     ix = build_index(rec)
     end = recovered_end(rec.segments)
-    return rec, ix, load_epochs(path, io, rec.segments, start_pos(rec.segments), end)
+    try:
+        epochs = load_epochs(path, io, rec.segments, start_pos(rec.segments), end)
+    except rc.BatchError:
+        if not lazy:
+            raise
+        # A batch header inside a segment a lazy open trusted is damaged (a log that changed
+        # epoch searches its headers): open it the full way, which quarantines the damage.
+        log.warning("%s: a batch header in a trusted segment is damaged; checking every segment", path)
+        return recover_all(path, io, verify, first_seq, lazy=False)
+    return rec, ix, epochs
 
 
 # ---- locating batches -------------------------------------------------------------------

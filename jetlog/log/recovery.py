@@ -42,7 +42,7 @@ from crc32c import crc32c
 
 from jetlog.errors import StorageError
 from jetlog.log.index import Index
-from jetlog.log.positions import NULL_LAST
+from jetlog.log.positions import NULL_LAST, is_null
 from jetlog.log.segment import (
     Segment,
     SegmentData,
@@ -209,6 +209,29 @@ def recover(
     return out
 
 
+def _edges_intact(io: SegmentIO, path: str, idx: SegmentData) -> bool:
+    """The first and last batches ``idx`` lists are whole and valid, with the ``last_seq`` it
+    records (two reads). A lazy open reads these at once: the epoch checkpoint reads their
+    headers and a stream's first and last messages are read as it starts, so damage there
+    must send the segment down the full path (quarantine) rather than fail the open."""
+    if not idx.batches:
+        return False
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        for k in {0, len(idx.batches) - 1}:
+            off = idx.batches[k]
+            try:
+                h = rc.decode_header(io.pread(fd, rc.HEADER_SIZE, off))
+                rc.check_body(io.pread(fd, h.size, off), 0, h)
+            except rc.BatchError:
+                return False
+            if idx.blast[k] != (NULL_LAST if is_null(h) else h.last_seq):
+                return False
+        return True
+    finally:
+        io.close(fd)
+
+
 def _file_size(path: str) -> int:
     try:
         return os.stat(path).st_size
@@ -263,7 +286,7 @@ def _load_segment(
         # Size equality is enough to trust the layout: bytes below an index's ``covered`` are
         # never rewritten while that index exists (a truncation, a compaction or a quarantine
         # removes or replaces the index file first), so only damage at rest can differ.
-        if lazy and _file_size(seg.path) == idx.covered:
+        if lazy and _file_size(seg.path) == idx.covered and _edges_intact(io, seg.path, idx):
             seg.wcrc, seg.wlen = idx.content_crc, idx.covered
             seg.trusted = (idx.covered, idx.content_crc)
             return idx

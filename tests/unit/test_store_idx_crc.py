@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
+from jetlog.log import FileStore
 from jetlog.log import segment as segmod
 from jetlog.log.segment import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, decode_idx
 from jetlog.wire import records as rc
@@ -28,6 +29,16 @@ def _flip_a_byte(log: str) -> None:
     raw = bytearray(_read(log))
     raw[len(raw) // 2] ^= 0x04
     _write(log, bytes(raw))
+
+
+def check_quarantined(store: FileStore, model: Model) -> None:
+    """The open reported a loss and quarantined a segment; the store is the model without the
+    lost messages."""
+    lost = store.recovery.lost_seqs
+    assert lost and store.recovery.quarantined
+    for s in lost:
+        model.remove(s)
+    check_store(store, model)
 
 
 async def _filled(tmp_path: Path, n: int = 120) -> Model:
@@ -85,11 +96,7 @@ async def test_a_flipped_byte_is_still_found(tmp_path: Path) -> None:
     _flip_a_byte(_logs(tmp_path)[0])
     store = await _open(tmp_path)
     try:
-        lost = store.recovery.lost_seqs
-        assert lost and store.recovery.quarantined
-        for s in lost:
-            model.remove(s)
-        check_store(store, model)
+        check_quarantined(store, model)
     finally:
         await store.close()
 

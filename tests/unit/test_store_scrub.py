@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jetlog.log import recovery, scrub
-from tests.unit.test_store_file import _logs, _open, _read
-from tests.unit.test_store_idx_crc import _filled, _flip_a_byte, _idx_of
+from tests.unit.test_store_file import _fill, _logs, _open, _read
+from tests.unit.test_store_idx_crc import _filled, _flip_a_byte, _idx_of, check_quarantined
 from tests.unit.test_store_model import check_store
 
 
@@ -50,14 +50,44 @@ async def test_a_lazy_open_reads_no_segment_and_the_scrub_checks_them_all(
         await store.close()
 
 
+def _flip_inside(log: str) -> None:
+    """Flip a byte in a batch that is neither the segment's first nor its last (a lazy open
+    reads those two, so damage there is found at open, as in a full one)."""
+    d = _idx_of(log)
+    assert d is not None and len(d.batches) >= 3
+    k = len(d.batches) // 2
+    at = (d.batches[k] + d.batches[k + 1]) // 2
+    raw = bytearray(_read(log))
+    raw[at] ^= 0x04
+    with open(log, "wb") as f:
+        f.write(raw)
+
+
+async def test_damage_at_a_segments_edges_is_quarantined_at_a_lazy_open(tmp_path: Path) -> None:
+    model = await _filled(tmp_path)
+    _flip_a_byte(_logs(tmp_path)[-1])  # the writer's middle: its last batch (few batches)
+    store = await _open(tmp_path, lazy_verify=True)
+    try:
+        check_quarantined(store, model)
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("which", ["sealed", "writer"])
 async def test_damage_found_by_the_scrub_is_quarantined_at_the_next_open(
     tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = await _filled(tmp_path)
+    if which == "writer":
+        # A writer of several batches (a small message per flush stays below the roll).
+        store = await _open(tmp_path)
+        for _ in range(3):
+            await _fill(store, model, 1, size=10)
+            await store.flush()
+        await store.close()
     logs = _logs(tmp_path)
     victim = logs[1] if which == "sealed" else logs[-1]
-    _flip_a_byte(victim)
+    _flip_inside(victim)
     store = await _open(tmp_path, lazy_verify=True)
     try:
         assert store.recovery.lost_seqs == (), "a lazy open does not read the damage"
@@ -75,11 +105,7 @@ async def test_damage_found_by_the_scrub_is_quarantined_at_the_next_open(
         assert d is None or d.content_crc is None
     store = await _open(tmp_path, lazy_verify=True)
     try:
-        lost = store.recovery.lost_seqs
-        assert lost and store.recovery.quarantined
-        for s in lost:
-            model.remove(s)
-        check_store(store, model)
+        check_quarantined(store, model)
         await store.scrub.wait()
         assert store.scrub.damaged == 0
     finally:
@@ -91,8 +117,6 @@ async def test_a_crashed_writer_is_read_at_open_even_when_lazy(tmp_path: Path) -
     index older than its data, or preallocated zeros after it) is scanned as always."""
     model = await _filled(tmp_path)
     store = await _open(tmp_path, lazy_verify=True)
-    from tests.unit.test_store_file import _fill
-
     await _fill(store, model, 7)
     await store.flush()
     await store._abandon()  # a crash: no index written at close
