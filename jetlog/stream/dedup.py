@@ -9,9 +9,14 @@ enough (timestamps are non-decreasing per stream).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from weakref import WeakKeyDictionary
+
+from jetlog.errors import StorageError
+
+log = logging.getLogger("jetlog.stream.dedup")
 
 Scan = Callable[[int, int], Iterable[tuple[int, int, str]]]
 """``scan(first, last)``: ``(seq, ts, msg_id)`` of the stored messages in that range that carry
@@ -67,9 +72,18 @@ class DedupWindow:
             max_seqs = REBUILD_STEP
         upto = min(self._last, self._next + max_seqs - 1)
         ids, order = self._ids, self._order
-        for seq, ts, mid in scan(self._next, upto):
-            ids[mid] = seq
-            order.append((ts, mid, seq))
+        try:
+            for seq, ts, mid in scan(self._next, upto):
+                ids[mid] = seq
+                order.append((ts, mid, seq))
+        except StorageError as exc:
+            # Stored records in the window are unreadable (damage a lazy open has not read
+            # yet: the scrub reports it, the next start quarantines it). Their ids cannot be
+            # known; the window keeps those read so far instead of failing every publish
+            # that carries an id.
+            log.error("duplicate window read back only up to seq %d: %s", self._next - 1, exc)
+            self._scan = None
+            return True
         self._next = upto + 1
         if self._next > self._last:
             self._scan = None

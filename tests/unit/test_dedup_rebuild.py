@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from jetlog.api.models import StreamConfigRequest
+from jetlog.errors import StorageError
 from jetlog.log import FileStore
 from jetlog.stream import dedup as dedup_mod
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
@@ -42,6 +43,26 @@ def test_steps_read_the_range_once_in_order() -> None:
     assert calls == [(1, 40), (41, 80), (81, 100)]
     assert len(w) == len(stored)
     assert w.seq_of("id5", 2000) == 5 and w.seq_of("id3", 2000) == 0
+
+
+def test_unreadable_records_end_the_read_back_instead_of_failing_lookups(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Damage in the window (a lazy open has not read it yet): the ids read so far stay, the
+    rest cannot be known, and a lookup answers instead of raising for every publish."""
+    stored = {s: (1000 + s, f"id{s}") for s in range(1, 51)}
+
+    def scan(first: int, last: int) -> list[tuple[int, int, str]]:
+        if last > 20:
+            raise StorageError("record 21: crc mismatch while scanning headers")
+        return [(s, stored[s][0], stored[s][1]) for s in range(first, last + 1)]
+
+    w = DedupWindow(WINDOW)
+    w.begin_rebuild(1, 50, scan)
+    assert not w.rebuild_step(20)
+    assert w.rebuild_step(20) and not w.rebuilding
+    assert "read back only up to seq 20" in caplog.text
+    assert w.seq_of("id7", 2000) == 7 and w.seq_of("id40", 2000) == 0
 
 
 def test_first_lookup_reads_the_rest_at_once() -> None:
