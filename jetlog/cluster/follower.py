@@ -105,10 +105,6 @@ class StreamFollower:
         """A follower never writes on its own."""
         return False
 
-    def deliveries_held(self) -> bool:
-        """A follower runs no consumers."""
-        return False
-
     def lease_until(self) -> float | None:
         """A follower runs no consumers: no lease to keep."""
         return math.inf

@@ -272,20 +272,23 @@ class StreamLeader:
         now; inf: no in-sync follower to hear from. A delivery decided now must reach the
         upstream server before then: the leaf link drops it if still unwritten at that moment."""
         now = self._clock()
-        if now < self.fence_until:
+        if now < self.fence_until or self._lost_followers(now):
             return None
-        others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
-        if not others:
-            return math.inf
-        # Same rule as ``_lost_followers``: held once every follower is quiet past hold_after.
-        heard = max(f.heard for f in others)
-        return None if now - heard > self.hold_after else heard + self.hold_after
+        heard = self._last_heard()
+        return math.inf if heard is None else heard + self.hold_after
+
+    def _last_heard(self) -> float | None:
+        """The latest moment an in-sync follower proved it follows this leader (None: no
+        in-sync follower to hear from)."""
+        return max(
+            (self.followers[r].heard for r in self.isr if r != self.node and r in self.followers),
+            default=None,
+        )
 
     def _lost_followers(self, now: float) -> bool:
-        others = [self.followers[r] for r in self.isr if r != self.node and r in self.followers]
-        if not others:
-            return False
-        return all(now - f.heard > self.hold_after for f in others)
+        """Every in-sync follower quiet for more than ``hold_after``."""
+        heard = self._last_heard()
+        return heard is not None and now - heard > self.hold_after
 
     def _note_left(self, req: R.FetchRequest, f: FollowerView, now: float) -> None:
         """LEASE: a follower that left another leadership ``left_ms`` ago may have kept that

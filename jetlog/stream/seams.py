@@ -52,16 +52,12 @@ class Replication(Protocol):
         answers them."""
         ...
 
-    def deliveries_held(self) -> bool:
-        """True while consumer deliveries must wait: the leader has no sign that it still
-        leads (no in-sync follower has fetched from it for a while — they may follow another
-        leader by now, which delivers in its place)."""
-        ...
-
     def lease_until(self) -> float | None:
         """Until when (``time.monotonic``) a consumer delivery decided now may still be written
         (it must reach the upstream server before another leader may deliver); None while
-        deliveries are held; ``math.inf`` when there is no one to lose the lease to."""
+        deliveries must wait: the leader has no sign that it still leads (no in-sync follower
+        has fetched from it for a while — they may follow another leader by now, which
+        delivers in its place); ``math.inf`` when there is no one to lose the lease to."""
         ...
 
     def committed_wanted(self) -> None:

@@ -119,10 +119,6 @@ class Stream(StreamRuns):
         self._expiry_task = asyncio.create_task(self._expiry_loop(), name=f"expiry:{self.name}")
         self._expiry_task.add_done_callback(_log_task_failure)
 
-    def deliveries_held(self) -> bool:
-        """Whether consumer deliveries must wait (see ``Replication.deliveries_held``)."""
-        return self.repl is not None and self.repl.deliveries_held()
-
     def delivery_lease(self) -> float | None:
         """Until when (``time.monotonic``) deliveries decided now may be written; None: they
         must wait now (see ``Replication.lease_until``)."""

@@ -137,9 +137,6 @@ class Repl:
     def fenced(self) -> bool:
         return self._fenced
 
-    def deliveries_held(self) -> bool:
-        return False
-
     def lease_until(self) -> float | None:
         return math.inf
 

@@ -43,9 +43,6 @@ class NoQuorum:
     def fenced(self) -> bool:
         return False
 
-    def deliveries_held(self) -> bool:
-        return False
-
     def lease_until(self) -> float | None:
         return math.inf
 
