@@ -209,15 +209,18 @@ def recover(
     return out
 
 
-def _edges_intact(io: SegmentIO, path: str, idx: SegmentData) -> bool:
-    """The first and last batches ``idx`` lists are whole and valid, with the ``last_seq`` it
-    records (two reads). A lazy open reads these at once: the epoch checkpoint reads their
-    headers and a stream's first and last messages are read as it starts, so damage there
-    must send the segment down the full path (quarantine) rather than fail the open."""
+def _trustworthy(io: SegmentIO, path: str, idx: SegmentData) -> bool:
+    """What a lazy open checks before taking a segment on its index's word: the file is as
+    long as the index says, and the first and last batches it lists are whole and valid, with
+    the ``last_seq`` it records (two reads). The epoch checkpoint reads those batches' headers
+    and a stream reads its last message as it starts, so damage there must send the segment
+    down the full path (quarantine) rather than fail the open."""
     if not idx.batches:
         return False
     fd = io.open(path, os.O_RDONLY)
     try:
+        if os.fstat(fd).st_size != idx.covered:
+            return False
         for k in {0, len(idx.batches) - 1}:
             off = idx.batches[k]
             try:
@@ -230,13 +233,6 @@ def _edges_intact(io: SegmentIO, path: str, idx: SegmentData) -> bool:
         return True
     finally:
         io.close(fd)
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return -1
 
 
 def _write_empty(path: str, seg: Segment, io: SegmentIO, data: SegmentData) -> None:
@@ -286,12 +282,11 @@ def _load_segment(
         # Size equality is enough to trust the layout: bytes below an index's ``covered`` are
         # never rewritten while that index exists (a truncation, a compaction or a quarantine
         # removes or replaces the index file first), so only damage at rest can differ.
-        if lazy and _file_size(seg.path) == idx.covered and _edges_intact(io, seg.path, idx):
+        trusted = lazy and _trustworthy(io, seg.path, idx)
+        if trusted or (verify and mapped_crc(io, seg.path, idx.covered) == idx.content_crc):
             seg.wcrc, seg.wlen = idx.content_crc, idx.covered
-            seg.trusted = (idx.covered, idx.content_crc)
-            return idx
-        if verify and mapped_crc(io, seg.path, idx.covered) == idx.content_crc:
-            seg.wcrc, seg.wlen = idx.content_crc, idx.covered
+            if trusted:
+                seg.trusted = (idx.covered, idx.content_crc)
             return idx
     buf = read_file(io, seg.path)
     complete_to = 0 if last else len(buf)
