@@ -181,10 +181,23 @@ async def _all_counted(url: str, counts: dict[str, int], timeout: float) -> None
         await nc.close()
 
 
+async def _restarted(env: Env, kind: str, counts: dict[str, int]) -> tuple[Env, float]:
+    """Stop ``env`` keeping its data and start ``kind`` on it again: the new target and the
+    seconds until every stream holds its count (the new target is stopped if that fails)."""
+    await env.stop(keep=True)
+    t0 = time.perf_counter()
+    env = await targets.start(kind, tmp=env.tmp)
+    try:
+        await _all_counted(env.url, counts, 1800)
+    except BaseException:
+        await env.stop()
+        raise
+    return env, time.perf_counter() - t0
+
+
 async def restart(kind: str, streams: int, msgs: int) -> Figures:
     """Fill, stop, start again on the same data; time until every stream is complete."""
     env = await targets.start(kind)
-    tmp = env.tmp
     counts = {f"R{i}": 0 for i in range(streams)}
     try:
         nc = await nats.connect(env.url)
@@ -208,11 +221,8 @@ async def restart(kind: str, streams: int, msgs: int) -> Figures:
             fill = time.perf_counter() - t0
         finally:
             await nc.close()
-        await env.stop(keep=True)
-        t0 = time.perf_counter()
-        env = await targets.start(kind, tmp=tmp)
-        await _all_counted(env.url, counts, 1800)
-        f = Figures(restart_s=time.perf_counter() - t0)
+        env, took = await _restarted(env, kind, counts)
+        f = Figures(restart_s=took)
         f.extra["fill_s"] = fill
         f.rss_mib = rss_mib(env.pids())
         # At rest: every message older than the duplicate window. Right after the fill both
@@ -229,11 +239,7 @@ async def restart(kind: str, streams: int, msgs: int) -> Figures:
         finally:
             await nc.close()
         await asyncio.sleep(1.5)
-        await env.stop(keep=True)
-        t0 = time.perf_counter()
-        env = await targets.start(kind, tmp=tmp)
-        await _all_counted(env.url, counts, 1800)
-        f.extra["rest_s"] = time.perf_counter() - t0
+        env, f.extra["rest_s"] = await _restarted(env, kind, counts)
         return f
     finally:
         await env.stop()
