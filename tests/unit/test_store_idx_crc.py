@@ -134,12 +134,8 @@ async def test_version_2_index_files_are_still_used(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_segments_written_here_are_not_read_back_for_their_crc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A segment this process created and wrote from its first byte gets the CRC of the bytes
-    as written: its index is correct without reading the file back. Only the first segment
-    (found on disk at open) is read back."""
+def _count_read_backs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the segments read back for an index file's content CRC from now on."""
     from jetlog.log import maintenance
 
     read_back: list[str] = []
@@ -150,6 +146,16 @@ async def test_segments_written_here_are_not_read_back_for_their_crc(
         return real(io, path, *a)  # type: ignore[arg-type]
 
     monkeypatch.setattr(maintenance, "checked_content_crc", counting)
+    return read_back
+
+
+async def test_segments_written_here_are_not_read_back_for_their_crc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment this process created and wrote from its first byte gets the CRC of the bytes
+    as written: its index is correct without reading the file back. Only the first segment
+    (found on disk at open) is read back."""
+    read_back = _count_read_backs(monkeypatch)
     model = await _filled(tmp_path)
     logs = _logs(tmp_path)
     assert len(logs) >= 3
@@ -175,17 +181,8 @@ async def test_a_writer_found_intact_is_not_read_back_and_an_unchanged_index_is_
     """The writer segment found on disk with an index vouching for all of it keeps that CRC as
     its running CRC: appends extend it and the index written at close needs no read-back.
     Closing a store that did not change leaves its index file as it was (no rewrite)."""
-    from jetlog.log import maintenance
-
     model = await _filled(tmp_path)
-    read_back: list[str] = []
-    real = maintenance.checked_content_crc
-
-    def counting(io: object, path: str, *a: object) -> int | None:
-        read_back.append(Path(path).name)
-        return real(io, path, *a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(maintenance, "checked_content_crc", counting)
+    read_back = _count_read_backs(monkeypatch)
     writer = _logs(tmp_path)[-1]
     idx_path = writer[:-4] + ".idx"
     store = await _open(tmp_path)
