@@ -29,6 +29,11 @@ _CRC = rc.CRC
 _TTL = rc.TTL
 _HDR = rc.HEADER_SIZE
 
+SPLIT_AT = 4096
+"""Payloads of at least this many bytes stay out of their record's bytes (two fewer copies of
+each: 16 KiB messages spent ~13 % of the node's CPU in memmove); smaller ones are cheaper to
+concatenate than to carry as a second part."""
+
 
 class AppendHost(Protocol):
     """What ``append_run`` uses of its ``FileStore`` (which satisfies this structurally)."""
@@ -90,11 +95,19 @@ def append_records(
         hlen = len(hdr)
         dlen = len(data)
         if ttl:
-            rec = pack(seq, ts, slen, 1, 0, hlen, dlen) + texp + sb + hdr + data
+            head = pack(seq, ts, slen, 1, 0, hlen, dlen) + texp + sb + hdr
         else:
-            rec = pack(seq, ts, slen, 0, 0, hlen, dlen) + sb + hdr + data
-        rec = cpack(crc32c(rec)) + rec
-        rlen = len(rec)
+            head = pack(seq, ts, slen, 0, 0, hlen, dlen) + sb + hdr
+        if dlen < SPLIT_AT:
+            rec = head + data
+            rec = cpack(crc32c(rec)) + rec
+            rlen = len(rec)
+        else:
+            # A large payload is not copied into its record: the record is its head (CRC,
+            # fields, subject, headers) and the payload itself, joined once when the batch is
+            # sealed. The CRC chains over both, the same value as over the joined record.
+            rec = cpack(crc32c(data, crc32c(head))) + head
+            rlen = len(rec) + dlen
         if ob.body + rlen > ob.limit and (ob.nrec or ob.ops):
             ob = st._close_batch()  # reads ix.last_seq and last_ts: kept current below
         if ob.pos + _HDR + ob.body + rlen > seg_max and seg.nrecords:
@@ -124,6 +137,8 @@ def append_records(
             seg.ttl[seq] = exp
         pend[seq] = (hdr, data)
         ob.parts.append(rec)
+        if dlen >= SPLIT_AT:
+            ob.parts.append(data)
         ob.body += rlen
         if not ob.nrec:
             ob.first_rec = seq
