@@ -281,42 +281,54 @@ class ConsumerDelivery:
         prefix = host.ack_prefix(self.name)
         cid = self.cid
         lg = host.clog if cid else None
+        logged: list[int] = []  # the pass's deliveries: one consumer-log record for all
         fc = p.flow_control
         sent = used = 0
-        while sent < budget and ahead:
-            m = ahead[0]
-            s = m.seq
-            if s < start:
+        try:
+            while sent < budget and ahead:
+                m = ahead[0]
+                s = m.seq
+                if s < start:
+                    ahead.popleft()
+                    continue
+                if (
+                    s > committed
+                    or (cap and len(unacked) >= cap)
+                    or (fc and self._fc_sent >= self._fc_window)
+                ):
+                    break
+                hdr, data = m.hdr, m.data
+                n = len(hdr) + len(data)
+                if limit and n > limit:
+                    break  # the one-by-one path logs it and waits (or ends the request)
+                left = pending - 1 if pending > 0 else 0
+                # A new message: delivery count 1 (the ack subject's layout is ``_prepare``'s).
+                ack = prefix + b"%d.%d.%d.%d.%d" % (1, s, st.dseq + 1, m.ts, left)
+                size = len(m.subject) + len(ack) + n
+                if bytes_left and used + size > bytes_left:
+                    break  # the one-by-one path ends the request (it does not fit)
+                frame = encode_delivery(target, ack, m.subject, hdr, data, mcl)
+                if frame is None:
+                    break
+                pending = left
+                st.deliver(s, now)
+                if lg is not None:
+                    logged.append(s)
+                leaf.publish_frame(frame, n)
                 ahead.popleft()
-                continue
-            if s > committed or (cap and len(unacked) >= cap) or (fc and self._fc_sent >= self._fc_window):
-                break
-            hdr, data = m.hdr, m.data
-            n = len(hdr) + len(data)
-            if limit and n > limit:
-                break  # the one-by-one path logs it and waits (or ends the request)
-            left = pending - 1 if pending > 0 else 0
-            # A new message: delivery count 1 (the ack subject's layout is ``_prepare``'s).
-            ack = prefix + b"%d.%d.%d.%d.%d" % (1, s, st.dseq + 1, m.ts, left)
-            size = len(m.subject) + len(ack) + n
-            if bytes_left and used + size > bytes_left:
-                break  # the one-by-one path ends the request (it does not fit)
-            frame = encode_delivery(target, ack, m.subject, hdr, data, mcl)
-            if frame is None:
-                break
-            pending = left
-            st.deliver(s, now)
-            if lg is not None:
-                lg.deliver(cid, s, now)
-            leaf.publish_frame(frame, n)
-            ahead.popleft()
-            start = s + 1
-            sent += 1
-            used += size
-            if fc:
-                self._fc_sent += size
-                if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
-                    break  # the caller sends the flow-control request now
+                start = s + 1
+                sent += 1
+                used += size
+                if fc:
+                    self._fc_sent += size
+                    if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
+                        break  # the caller sends the flow-control request now
+        finally:
+            # Written even when the pass stopped on an error: the log must hold every
+            # delivery the state already counts.
+            if logged:
+                assert lg is not None
+                lg.deliver_many(cid, logged, now)
         if sent:
             self._ahead_from = start
             if not ack_none and self._ack_timer is None:

@@ -300,6 +300,24 @@ class ConsumerLog:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def _append_many(self, recs: list[bytes]) -> None:
+        """``_append`` for each of ``recs``, the bookkeeping done once."""
+        if self._closed or not recs:
+            return
+        self.appended += len(recs)
+        feed = self._feed
+        if feed is not None:
+            feed.extend(recs)
+            self._feed_bytes += sum(map(len, recs))
+            while self._feed_bytes > FEED_BYTES and len(feed) > 1:
+                self._feed_bytes -= len(feed.popleft())
+            if self.on_append is not None:
+                self.on_append()
+        self._buf.extend(recs)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if not self._buf or self._closed or self._rewriting:
@@ -341,6 +359,19 @@ class ConsumerLog:
     def deliver(self, cid: int, sseq: int, ts: int) -> None:
         tail = _DELIVER_TAIL.pack(1 + _CID_SEQ_TS.size, DELIVER, cid, sseq, ts)
         self._append(_U32.pack(crc32c(tail)) + tail)
+
+    def deliver_many(self, cid: int, sseqs: list[int], ts: int) -> None:
+        """``deliver`` for each of ``sseqs`` (in order) at ``ts``: one delivery pass. The same
+        DELIVER records, appended in one call: a push or pull pass delivers up to hundreds of
+        messages, and the bookkeeping of ``_append`` per record (the feed, the followers'
+        wake-up, the flush check) cost ~5 % of push's rate. Not a new record type: followers
+        of another version (a rolling upgrade) read and replay these records unchanged."""
+        pack, cpack, size = _DELIVER_TAIL.pack, _U32.pack, 1 + _CID_SEQ_TS.size
+        recs = []
+        for sseq in sseqs:
+            tail = pack(size, DELIVER, cid, sseq, ts)
+            recs.append(cpack(crc32c(tail)) + tail)
+        self._append_many(recs)
 
     def ack(self, cid: int, sseq: int, dseq: int) -> None:
         tail = _ACK_TAIL.pack(1 + _CID_SEQ_SEQ.size, ACK, cid, sseq, dseq)

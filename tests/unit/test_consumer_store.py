@@ -187,3 +187,46 @@ def test_hot_records_are_the_generic_encoding() -> None:
     rec = out[0]
     assert struct.unpack_from("<I", rec)[0] == crc32c(rec[4:])
     assert struct.unpack_from("<I", rec, 4)[0] == len(rec) - 8 and rec[8] == cs.DELIVER
+
+
+async def test_deliver_many_is_deliver_each(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A delivery pass's records (``deliver_many``) are byte for byte the DELIVER records of
+    ``deliver`` one by one, count as that many records for the followers' feed, and replay to
+    the live state."""
+    a = await ConsumerLog.open(str(tmp_path / "a"))
+    b = await ConsumerLog.open(str(tmp_path / "b"))
+    try:
+        for lg in (a, b):
+            lg.enable_feed()
+        ca = a.create("d", ACK_EXPLICIT, b"{}", 0)
+        cb = b.create("d", ACK_EXPLICIT, b"{}", 0)
+        st = ConsumerState(ACK_EXPLICIT)
+        for seqs, ts in [([1, 2, 3, 4, 5], 100), ([6], 110), ([9, 10, 12], 120), ([], 125), ([3, 4], 130)]:
+            for q in seqs:
+                st.deliver(q, ts)
+                a.deliver(ca, q, ts)
+            b.deliver_many(cb, seqs, ts)
+        d = st.pending[9].dseq
+        st.ack(9, d, 0)
+        a.ack(ca, 9, d)
+        b.ack(cb, 9, d)
+        assert b.appended == a.appended == 1 + 11 + 1
+        assert b.records_after(0, 1 << 20) == a.records_after(0, 1 << 20)
+        assert b.records_after(5, 1 << 20) == a.records_after(5, 1 << 20)
+        await a.sync()
+        await b.sync()
+        with (
+            open(os.path.join(str(tmp_path / "a"), LOG_NAME), "rb") as fa,
+            open(os.path.join(str(tmp_path / "b"), LOG_NAME), "rb") as fb,
+        ):
+            assert fa.read() == fb.read()
+    finally:
+        await a.close()
+        await b.close()
+    lg2 = await ConsumerLog.open(str(tmp_path / "b"))
+    try:
+        r = lg2.recovered["d"]
+        _same(r.state, st)
+        assert r.state.dseq == 11 and r.state.delivery_count(3) == 2
+    finally:
+        await lg2.close()
