@@ -281,7 +281,7 @@ class ConsumerDelivery:
         prefix = host.ack_prefix(self.name)
         cid = self.cid
         lg = host.clog if cid else None
-        logged: list[int] = []  # the pass's deliveries: one consumer-log record for all
+        logged: list[int] = []  # the pass's deliveries: their log records are appended at once
         fc = p.flow_control
         sent = used = 0
         try:

@@ -39,7 +39,7 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -284,24 +284,10 @@ class ConsumerLog:
     # ---- appending -------------------------------------------------------------------------
 
     def _append(self, rec: bytes) -> None:
-        if self._closed:
-            return
-        self.appended += 1
-        feed = self._feed
-        if feed is not None:
-            feed.append(rec)
-            self._feed_bytes += len(rec)
-            while self._feed_bytes > FEED_BYTES and len(feed) > 1:
-                self._feed_bytes -= len(feed.popleft())
-            if self.on_append is not None:
-                self.on_append()
-        self._buf.append(rec)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._append_many((rec,))
 
-    def _append_many(self, recs: list[bytes]) -> None:
-        """``_append`` for each of ``recs``, the bookkeeping done once."""
+    def _append_many(self, recs: Sequence[bytes]) -> None:
+        """Append records: counted for the followers' feed, written on the loop's next pass."""
         if self._closed or not recs:
             return
         self.appended += len(recs)
