@@ -58,6 +58,7 @@ class ConsumerSet:
         self._reply_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        self.on_close: Callable[[], None] | None = None  # drops the stream's ack subscription
         self._compacting = False
         if clog is not None:
             clog.on_large = self._compact_soon
@@ -146,6 +147,9 @@ class ConsumerSet:
     async def close(self, deleted: bool = False) -> None:
         """Stop every consumer; flush the state log."""
         self.closed = True
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()  # no more acks for this node: another writer (or none) takes them
         for c in self.consumers.values():
             c.close(deleted)
         if deleted:

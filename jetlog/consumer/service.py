@@ -1,11 +1,15 @@
 """Node-wide consumer plumbing: attach a ``ConsumerSet`` to each stream, route acks and
 flow-control replies that arrive on the leaf link, and pass the hub's interest changes on.
 
-Acks (``$JS.ACK.>``) and flow-control replies (``$JS.FC.>``) are captured with one wildcard
-subscription each on the leaf link (the hub forwards them to a leaf; only ``$JS.API.>``,
-``$KV.>`` and ``$OBJ.>`` are denied). Because the subscription is a wildcard, an ack with a
-reply subject for a consumer that does not exist gets an emulated no-responders status, which
-is what clients see from a real server (spec §0.4).
+Acks are captured on the leaf link (the hub forwards them to a leaf; only ``$JS.API.>``,
+``$KV.>`` and ``$OBJ.>`` are denied) with one subscription per stream whose consumers this
+node runs, ``$JS.ACK.<stream>.>``, taken when the stream's consumer set is attached (a writer:
+standalone or leader) and dropped when it closes. A wildcard on every node had the upstream
+server deliver each ack to all three nodes of a cluster, two of which dropped it: replicated
+acks cost three times the relay and parsing. An ack with a reply subject for a consumer of the
+stream that does not exist gets an emulated no-responders status; for a stream no node runs
+consumers of, the server itself answers no responders, which is what clients see from a real
+server (spec §0.4). Flow-control replies (``$JS.FC.>``, one per window) keep one wildcard.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ class ConsumerService:
         self.parse_ack = parse_ack
         self.streams: StreamManager | None = None
         self.ack_owner: Callable[[str], bool] | None = None
-        """Cluster: does this node answer acks for a stream (its leader)? Every node receives
-        every ack; only the owner acts, so exactly one node answers a double ack."""
+        """Cluster: does this node answer acks for a stream (its leader)? Only writers
+        subscribe a stream's acks; a deposed leader may still receive some until its consumer
+        set closes, and must not act on them, so exactly one node answers a double ack."""
         self._subs: list[Any] = []
         self._remove_listener: Callable[[], None] | None = None
         self._remove_state_listener: Callable[[], None] | None = None
@@ -66,12 +71,13 @@ class ConsumerService:
             parse_pull=self.parse_pull,
         )
         stream.consumers = cset
+        sub = self.leaf.subscribe(f"$JS.ACK.{stream.name}.>", self._on_ack)
+        cset.on_close = lambda: self.leaf.unsubscribe(sub)
         cset.recover()
 
     def start(self, streams: StreamManager) -> None:
-        """Subscribe acks and flow-control replies; follow interest changes."""
+        """Subscribe flow-control replies; follow interest changes (acks: ``attach``)."""
         self.streams = streams
-        self._subs.append(self.leaf.subscribe("$JS.ACK.>", self._on_ack))
         self._subs.append(self.leaf.subscribe("$JS.FC.>", self._on_fc))
         self._remove_listener = self.leaf.add_interest_listener(self._on_interest)
         self._remove_state_listener = self.leaf.add_state_listener(self._on_link_state)
