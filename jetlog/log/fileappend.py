@@ -98,7 +98,8 @@ def append_records(
             head = pack(seq, ts, slen, 1, 0, hlen, dlen) + texp + sb + hdr
         else:
             head = pack(seq, ts, slen, 0, 0, hlen, dlen) + sb + hdr
-        if dlen < SPLIT_AT:
+        big = dlen >= SPLIT_AT
+        if not big:
             rec = head + data
             rec = cpack(crc32c(rec)) + rec
             rlen = len(rec)
@@ -137,7 +138,7 @@ def append_records(
             seg.ttl[seq] = exp
         pend[seq] = (hdr, data)
         ob.parts.append(rec)
-        if dlen >= SPLIT_AT:
+        if big:
             ob.parts.append(data)
         ob.body += rlen
         if not ob.nrec:

@@ -29,6 +29,9 @@ def _messages() -> list[tuple[str, bytes, bytes, int]]:
 
 
 def _batches(path: str) -> list[rc.Batch]:
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
     out = []
     for name in sorted(os.listdir(path)):
         if not name.endswith(".log"):
@@ -37,15 +40,9 @@ def _batches(path: str) -> list[rc.Batch]:
             buf = f.read()
         off = 0
         while off < len(buf):
-            batch, off = rc.decode_batch(buf, off, decompressor=_dctx())
+            batch, off = rc.decode_batch(buf, off, decompressor=dctx)
             out.append(batch)
     return out
-
-
-def _dctx() -> object:
-    import zstandard
-
-    return zstandard.ZstdDecompressor()
 
 
 @pytest.mark.parametrize("compression", [False, True])
