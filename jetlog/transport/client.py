@@ -43,6 +43,7 @@ import nats.protocol.parser
 from nats.aio.client import Client
 
 from jetlog.errors import TransportError
+from jetlog.transport.barrier import flush_barrier
 from jetlog.wire.clientframes import ClientSplitter
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
 
@@ -292,12 +293,12 @@ class ClientLink:
             self._server_info = dict(nc._server_info or {})
             self._max_payload = int(nc.max_payload or 0)
             await self._resubscribe(nc)
-            await nc.flush(5)
+            await flush_barrier(nc, 5)
             # subscribe_raw() calls made meanwhile waited for this connection: no await from
             # this check until _up is set, so none is missed.
             while any(sub.nc is not nc for sub in self._subs.values()):
                 await self._resubscribe(nc)
-                await nc.flush(5)
+                await flush_barrier(nc, 5)
         except (OSError, TimeoutError, nats.errors.Error) as e:
             await self._discard(nc)
             raise TransportError(
@@ -344,7 +345,7 @@ class ClientLink:
                 tr.set_protocol(_FastReader(inner, nc))
                 return
             if attempt == FAST_PATH_TRIES // 2:
-                await nc.flush(5)
+                await flush_barrier(nc, 5)
             else:
                 await asyncio.sleep(0)
         log.info("client link: nats-py's reader never idle at connect; raw messages take its path")
@@ -543,7 +544,7 @@ class ClientLink:
         if not self.connected:
             raise TransportError("flush failed: client link is down")
         try:
-            await self.nc.flush(int(max(1, timeout)))
+            await flush_barrier(self.nc, max(1.0, timeout))
         except (TimeoutError, nats.errors.Error) as e:
             raise TransportError(f"flush failed: {e}") from e
 

@@ -12,6 +12,7 @@ import nats
 import pytest
 
 from jetlog.devcluster import LocalCluster
+from jetlog.transport.barrier import flush_barrier
 
 from .conftest import stream_info, wait_for
 
@@ -30,7 +31,7 @@ async def test_leader_elected_and_quorum_lost(cluster: LocalCluster, upstream) -
 
     try:
         await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.>", cb=cb)
-        await nc.flush()
+        await flush_barrier(nc)
         js = nc.jetstream(timeout=5)
         await js.add_stream(name="AV", subjects=["av.>"], num_replicas=3)
         first = (await stream_info(nc, "AV"))["cluster"]["leader"]

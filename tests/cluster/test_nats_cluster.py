@@ -12,6 +12,7 @@ import pytest
 
 from jetlog.devcluster import free_port
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 
 from .conftest import stream_info, wait_for
 from .workload import check_acked, read_replica, run_publishers, stop_publishers
@@ -95,7 +96,7 @@ async def _routes_ready(servers: list[NatsServer]) -> None:
                 await m.respond(b"ok")
 
             sub = await c.subscribe(f"probe.{i}", cb=pong)
-            await c.flush()
+            await flush_barrier(c)
             for other in conns:
 
                 async def answered(o: nats.NATS = other, j: int = i) -> bool:

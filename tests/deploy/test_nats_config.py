@@ -28,6 +28,8 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
+from jetlog.transport.barrier import flush_barrier
+
 pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -285,11 +287,11 @@ async def test_app_user(upstream: Upstream) -> None:
         await jetlog.nc.subscribe("$JETLOG.>", cb=recorder(seen))
         await jetlog.nc.subscribe("$JS.ACK.>", cb=recorder(seen))
         await jetlog.nc.subscribe("probe.>", cb=recorder(seen))
-        await jetlog.nc.flush()
+        await flush_barrier(jetlog.nc)
 
         # (a) ordinary subjects, both ways.
         sub = await app.nc.subscribe("orders.>")
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         await app.nc.publish("orders.1", b"hello")
         assert (await sub.next_msg(timeout=2)).data == b"hello"
 
@@ -305,7 +307,7 @@ async def test_app_user(upstream: Upstream) -> None:
         # ... and the other JetStream client subjects.
         for subject in ("$JS.ACK.ORDERS.c.1.1.1.0.0", "$JS.FC.ORDERS.x.1", "$KV.cfg.k", "$OBJ.files.x"):
             await app.nc.publish(subject, b"")
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         assert app.violations() == []
         assert app.errors == []
 
@@ -313,7 +315,7 @@ async def test_app_user(upstream: Upstream) -> None:
         for subject in INTERNAL:
             await app.nc.publish(subject, b"forged")
         await app.nc.publish("probe.done", b"")
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         await apoll(lambda: len(app.violations()) >= len(INTERNAL), 5, "a violation per internal subject")
         for subject in INTERNAL:
             assert any(f'publish to "{subject.lower()}"' in e.lower() for e in app.violations()), (
@@ -330,19 +332,19 @@ async def test_app_user(upstream: Upstream) -> None:
         denied_subs = ["$JETLOG.jetlog.R.n1", "$JETLOG.API.OFFSETS", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
         for subject in denied_subs:
             await app.nc.subscribe(subject)
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         await apoll(lambda: len(app.violations()) >= len(denied_subs), 5, "a violation per denied sub")
         assert all("subscription" in e.lower() for e in app.violations()), app.violations()
 
         # ... and a wildcard subscription is allowed but filtered.
         wide: list[Msg] = []
         await app.nc.subscribe(">", cb=recorder(wide))
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         await jetlog.nc.publish("$JETLOG.jetlog.R.n1", b"internal")
         await jetlog.nc.publish("$JS.API.STREAM.NAMES", b"")
         await jetlog.nc.publish("$JS.ACK.ORDERS.c.1.1.1.0.0", b"")
         await jetlog.nc.publish("orders.marker", b"")
-        await jetlog.nc.flush()
+        await flush_barrier(jetlog.nc)
         await apoll(lambda: any(m.subject == "orders.marker" for m in wide), 5, "orders.marker at app")
         leaked = [m.subject for m in wide if m.subject.startswith(("$JETLOG.", "$JS.API.", "$JS.ACK."))]
         assert leaked == []
@@ -358,11 +360,11 @@ async def test_jetlog_user(upstream: Upstream) -> None:
         got: list[Msg] = []
         await jetlog.nc.subscribe("$JETLOG.>", cb=recorder(got))
         await jetlog.nc.subscribe("$JS.API.>", cb=recorder(got))
-        await jetlog.nc.flush()
+        await flush_barrier(jetlog.nc)
         for subject in ("$JETLOG.jetlog.R.n1", "$JETLOG.jetlog.HB", "$JS.API.INFO"):
             await jetlog.nc.publish(subject, b"x")
         await jetlog.nc.publish("_INBOX.anyone.1", b"reply")  # deliveries/replies go anywhere
-        await jetlog.nc.flush()
+        await flush_barrier(jetlog.nc)
         await apoll(lambda: len(got) == 3, 5, "jetlog to receive its own internal messages")
         assert [m.subject for m in got] == ["$JETLOG.jetlog.R.n1", "$JETLOG.jetlog.HB", "$JS.API.INFO"]
         assert jetlog.errors == []
@@ -466,7 +468,7 @@ async def test_jetlog_serves_the_app_through_this_config(upstream: Upstream, tmp
         entry = await kv.get("k")
         assert entry.value == b"v"
 
-        await app.nc.flush()
+        await flush_barrier(app.nc)
         assert app.violations() == []
         assert node.client.connected and node.leaf.connected
     finally:

@@ -13,6 +13,7 @@ import nats.errors
 import nats.js.api
 
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 
 from .conftest import start_node
 
@@ -27,7 +28,7 @@ async def _actions(url: str) -> list[tuple[str, dict[str, Any]]]:
 
     try:
         await nc.subscribe("$JS.EVENT.ADVISORY.>", cb=cb)
-        await nc.flush()
+        await flush_barrier(nc)
         js = nc.jetstream(timeout=5)
         await js.add_stream(name="ADV", subjects=["adv.>"])
         await js.update_stream(name="ADV", subjects=["adv.>"], max_msgs=10)

@@ -15,6 +15,7 @@ import pytest
 
 from jetlog.embedded import NatsServer
 from jetlog.errors import TransportError
+from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.client import ClientLink
 
 from .test_link_recovery import until
@@ -47,7 +48,7 @@ async def test_raw_messages_arrive_whole_and_in_order_beside_nats_py(nats_server
                 await nc.publish(f"raw.{i}", body)
             await nc.publish(f"theirs.{i}", str(i).encode())
             sent.append((i, size))
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(got) == 300 and len(theirs) == 300, "every message", timeout=30)
         for (i, size), (subject, reply, hdr, data) in zip(sent, got, strict=True):
             assert subject == f"raw.{i}"
@@ -68,6 +69,62 @@ async def test_raw_messages_arrive_whole_and_in_order_beside_nats_py(nats_server
         await link.close()
 
 
+def _record_writes(nc: nats.NATS) -> list[bytes]:
+    """The commands ``nc`` writes from now on, in socket order (first word of each)."""
+    order: list[bytes] = []
+    tr = nc._transport
+    assert tr is not None
+    write, writelines = tr.write, tr.writelines
+
+    def rec_write(b: bytes) -> None:
+        order.append(bytes(b).split(b" ", 1)[0].strip())
+        write(b)
+
+    def rec_writelines(bs: list[bytes]) -> None:
+        order.extend(bytes(b).split(b" ", 1)[0].strip() for b in bs)
+        writelines(bs)
+
+    tr.write, tr.writelines = rec_write, rec_writelines  # type: ignore[method-assign]
+    return order
+
+
+async def test_flush_barrier_writes_queued_commands_before_its_ping(nats_server: NatsServer) -> None:
+    # nats-py 2.16's own flush() writes PING ahead of a SUB still queued for its flusher task,
+    # so its PONG does not prove the subscription is registered (a CI flake: no responders).
+    nc = await nats.connect(nats_server.url)
+    link = ClientLink([nats_server.url], name="jl-barrier")
+    await link.connect()
+    try:
+
+        async def nothing(m: nats.aio.msg.Msg) -> None:
+            pass
+
+        order = _record_writes(nc)
+        await nc.subscribe("b.one", cb=nothing)
+        await nc.publish("b.one", b"x")
+        await flush_barrier(nc)
+        assert order == [b"SUB", b"PUB", b"PING"]
+        # The link's flush (readiness after subscribing the API) is the same barrier.
+        order = _record_writes(link.nc)
+        await link.subscribe_raw("b.two", lambda s, r, h, d: None)
+        await link.flush()
+        assert order == [b"SUB", b"PING"]
+        # And it is a real round trip: a publish from another connection right after it is
+        # delivered, every time.
+        got: list[bytes] = []
+        for i in range(50):
+            subject = f"b.many.{i}"
+            await link.subscribe_raw(subject, lambda s, r, h, d: got.append(d))
+            await link.flush()
+            await nc.publish(subject, str(i).encode())
+        await flush_barrier(nc)
+        await until(lambda: len(got) == 50, "50 deliveries")
+        assert got == [str(i).encode() for i in range(50)]
+    finally:
+        await nc.close()
+        await link.close()
+
+
 async def test_requests(nats_server: NatsServer) -> None:
     link = ClientLink([nats_server.url], name="jl-req")
     await link.connect()
@@ -80,7 +137,7 @@ async def test_requests(nats_server: NatsServer) -> None:
             await m.respond(b"re:" + m.data)
 
         await nc.subscribe("svc", cb=echo)
-        await nc.flush()
+        await flush_barrier(nc)
         assert await link.request("svc", b"one", 2.0) == b"re:one"
         # Many at once: each gets its own reply.
         bodies = [str(i).encode() for i in range(200)]

@@ -12,6 +12,8 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from jetlog.transport.barrier import flush_barrier
+
 from .conftest import Target
 from .jsutil import api, error_of
 
@@ -58,7 +60,7 @@ async def test_ephemeral_push_deleted_when_deliver_subject_loses_interest(nc: na
     await js.add_stream(name="EPP", subjects=["epp"])
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
-    await nc.flush()
+    await flush_barrier(nc)
     r = await api(
         nc,
         "$JS.API.CONSUMER.CREATE.EPP",
@@ -152,7 +154,7 @@ async def test_bad_input_never_disturbs_other_consumers(nc: nats.NATS) -> None:
     await nc.publish("$JS.ACK.BAD.good.1.1.1.0.0", b"\xff\xfe-NAK {bad json")
     r = await nc.request("$JS.ACK.BAD.good.1.1.1.0.0", b"whatever", timeout=2)
     assert r.data == b""
-    await nc.flush()
+    await flush_barrier(nc)
     psub = await js.pull_subscribe_bind("good", "BAD")
     msgs = await psub.fetch(3, timeout=3)
     assert [x.data for x in msgs] == [b"0", b"1", b"2"]
@@ -181,7 +183,7 @@ async def test_replay_original_keeps_gaps(nc: nats.NATS) -> None:
         await asyncio.sleep(0.3)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
-    await nc.flush()
+    await flush_barrier(nc)
     await api(
         nc,
         "$JS.API.CONSUMER.CREATE.RO",
@@ -203,7 +205,7 @@ async def test_rate_limit_slows_push(nc: nats.NATS, target: Target) -> None:
         await js.publish("rl", payload)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
-    await nc.flush()
+    await flush_barrier(nc)
     # 8 Mbit/s = 1 MB/s with a 1 MiB burst (max_payload): 3 MB takes about 2 s, not ~0.
     await api(
         nc,
@@ -255,14 +257,14 @@ async def test_pull_request_dropped_when_inbox_loses_interest(target: Target) ->
             json.dumps({"batch": 1, "expires": 30_000_000_000}).encode(),
             reply=inbox,
         )
-        await other.flush()
+        await flush_barrier(other)
 
         async def waiting(n: int) -> bool:
             return (await api(nc, "$JS.API.CONSUMER.INFO.DI.d"))["num_waiting"] == n
 
         await _until(lambda: waiting(1), 5)
         await sub.unsubscribe()
-        await other.flush()
+        await flush_barrier(other)
         await _until(lambda: waiting(0), 5)
         # The message published afterwards is not lost to the dead request.
         await js.publish("di", b"kept")

@@ -23,6 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolic
 from nats.js.errors import APIError, FetchTimeoutError, NotFoundError, ServiceUnavailableError
 
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 from tests.support.clusters import client_target, cluster_pool  # noqa: F401 (fixtures: target)
 
 from .conftest import Target, start_node
@@ -645,7 +646,7 @@ async def test_consumer_delete(nc: nats.NATS) -> None:
         json.dumps({"batch": 1, "expires": 5_000_000_000}).encode(),
         reply=inbox,
     )
-    await nc.flush()
+    await flush_barrier(nc)
 
     async def waiting() -> bool:
         return (await js.consumer_info("DEL", "gone")).num_waiting == 1
@@ -801,7 +802,7 @@ async def test_push_deliver_subject(target: Target, nc: nats.NATS) -> None:
 
         # A plain subscriber on the deliver subject sees the same deliveries (original subject).
         spy = await spy_nc.subscribe("deliver.p")
-        await spy_nc.flush()
+        await flush_barrier(spy_nc)
         await js.publish("p.two", b"live")
         live = await sub.next_msg(timeout=2)
         assert (live.subject, live.data, live.metadata.sequence.stream) == ("p.two", b"live", 4)
@@ -820,8 +821,8 @@ async def test_push_deliver_subject(target: Target, nc: nats.NATS) -> None:
 
         await sub.unsubscribe()
         await spy.unsubscribe()
-        await nc.flush()
-        await spy_nc.flush()
+        await flush_barrier(nc)
+        await flush_barrier(spy_nc)
 
         async def unbound() -> bool:
             return not (await js.consumer_info("P", "pd")).push_bound
@@ -896,7 +897,7 @@ async def test_push_flow_control_and_idle_heartbeat(target: Target) -> None:
 
         # 1. nats-py answers the flow-control requests itself; a spy on $JS.FC.> sees the answers.
         fc_answers = await spy_nc.subscribe("$JS.FC.FC.>")
-        await spy_nc.flush()
+        await flush_barrier(spy_nc)
         sub = await js.subscribe(
             "fc.>",
             stream="FC",
@@ -926,7 +927,7 @@ async def test_push_flow_control_and_idle_heartbeat(target: Target) -> None:
         # 2. A subscriber that never answers stalls the consumer at the 2 MiB window; the stalled
         # heartbeat names the outstanding request; answering it releases the rest.
         raw = await spy_nc.subscribe("deliver.raw")
-        await spy_nc.flush()
+        await flush_barrier(spy_nc)
         cfg = ConsumerConfig(
             durable_name="raw",
             deliver_subject="deliver.raw",

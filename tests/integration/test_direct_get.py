@@ -8,6 +8,8 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from jetlog.transport.barrier import flush_barrier
+
 from .jsutil import api
 
 
@@ -156,7 +158,7 @@ async def test_direct_get_multi_last_413(nc: nats.NATS) -> None:
     await js.add_stream(name="BIG", subjects=["big.*"], allow_direct=True)
     for i in range(1030):
         await nc.publish(f"big.{i}", b"x")
-    await nc.flush()
+    await flush_barrier(nc)
     import asyncio
 
     async def full() -> None:

@@ -22,6 +22,7 @@ import pytest
 
 from jetlog.embedded import NatsServer
 from jetlog.errors import TransportError
+from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.leaf import LeafConnection, LinkState
 from jetlog.wire import headers
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
@@ -68,7 +69,7 @@ async def test_capture_plain_headers_and_reply(nats_server: NatsServer, link: Le
         await nc.publish("orders.new", b"with-hdr", headers={"Nats-Msg-Id": "m1", "X": "y"})
         await nc.publish("orders.eu.new", b"", reply="_INBOX.r1")
         await nc.publish("other.subject", b"not for us")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(got) >= 3, what="3 captured messages")
     finally:
         await nc.close()
@@ -86,7 +87,7 @@ async def test_delivered_subject_rewrite_and_status(nats_server: NatsServer, lin
     nc = await nats.connect(nats_server.url)
     try:
         sub = await nc.subscribe("_INBOX.test")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("_INBOX.test"), what="interest in _INBOX.test")
         ack = "$JS.ACK.S.c.1.5.5.1700000000000000000.0"
         link.publish("_INBOX.test", b"x", reply=ack + "@orders.new")
@@ -123,14 +124,14 @@ async def test_queue_group_delivery(nats_server: NatsServer, link: LeafConnectio
 
         await nc.subscribe("work.q", queue="g", cb=make("a"))
         await nc.subscribe("work.q", queue="g", cb=make("b"))
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.queue_weight("work.q", "g") == 2, what="queue weight 2")
         assert link.queue_groups("work.q") == {"g"}
         # Without the group name in the frame, hub queue subscribers get nothing.
         for _ in range(20):
             link.publish("work.q", b"no-queue")
         await link.flush()
-        await nc.flush()
+        await flush_barrier(nc)
         assert counts == {"a": 0, "b": 0, "plain": 0}
         # Named group: each message goes to exactly one member.
         for _ in range(100):
@@ -139,13 +140,13 @@ async def test_queue_group_delivery(nats_server: NatsServer, link: LeafConnectio
         await until(lambda: counts["a"] + counts["b"] == 100, what="100 queue deliveries")
         # A plain subscriber gets queue-framed messages too (the group only adds queue targets).
         await nc.subscribe("work.q", cb=make("plain"))
-        await nc.flush()
+        await flush_barrier(nc)
         await until(
             lambda: link.has_interest("work.q") and ("work.q", None) in link.interest(), what="plain sub"
         )
         link.publish("work.q", b"q2", queues=("g",))
         await until(lambda: counts["plain"] == 1 and counts["a"] + counts["b"] == 101, what="mixed delivery")
-        await nc.flush()
+        await flush_barrier(nc)
         assert counts["a"] + counts["b"] == 101
     finally:
         await nc.close()
@@ -158,29 +159,29 @@ async def test_interest_tracking(nats_server: NatsServer, link: LeafConnection) 
     try:
         assert not link.has_interest("foo.bar")
         sub = await nc.subscribe("foo.*")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("foo.bar"), what="foo.* interest")
         assert not link.has_interest("foo.bar.baz")
         assert not link.has_interest("foo")
         assert ("+", "foo.*", None) in events
         inbox = await nc.subscribe("_INBOX.abc.*")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("_INBOX.abc.xyz"), what="_INBOX.abc.* interest")
         await sub.unsubscribe()
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: not link.has_interest("foo.bar"), what="foo.* gone")
         assert ("-", "foo.*", None) in events
         # Queue weights follow membership; LS- when the last member leaves.
         q1 = await nc.subscribe("jobs", queue="w")
         q2 = await nc.subscribe("jobs", queue="w")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.queue_weight("jobs", "w") == 2, what="weight 2")
         assert events.count(("+", "jobs", "w")) == 1  # weight updates do not fire events
         await q1.unsubscribe()
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.queue_weight("jobs", "w") == 1, what="weight 1")
         await q2.unsubscribe()
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: not link.has_interest("jobs"), what="jobs gone")
         assert ("-", "jobs", "w") in events
         await inbox.unsubscribe()
@@ -211,7 +212,7 @@ async def test_reconnect_resubscribes_and_rebuilds_interest(tmp_path: Path) -> N
         link.subscribe("cap.>", cb)
         nc = await nats.connect(srv.url)
         await nc.subscribe("keep.me")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("keep.me"), what="keep.me interest")
         await nc.close()
         await until(lambda: not link.has_interest("keep.me"), what="keep.me gone after client close")
@@ -223,13 +224,13 @@ async def test_reconnect_resubscribes_and_rebuilds_interest(tmp_path: Path) -> N
         nc = await nats.connect(srv.url)
         late = await nc.subscribe("late.delivery")
         await nc.subscribe("after.restart")
-        await nc.flush()
+        await flush_barrier(nc)
         await link.wait_connected(10)
         await until(lambda: link.has_interest("after.restart"), what="interest rebuilt")
         assert link.stats.reconnects >= 1
         await link.flush()
         await nc.publish("cap.x", b"again")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: any(m[3] == b"again" for m in got), what="capture after reconnect")
         # The buffered publish was written before the new client subscribed: it is gone (no
         # interest at that time), which is NATS at-most-once; a new one goes through.
@@ -302,7 +303,7 @@ async def test_backpressure_drain(nats_server: NatsServer) -> None:
 
     try:
         await nc.subscribe("bp.x", cb=h, pending_msgs_limit=100_000)
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("bp.x"), what="bp.x interest")
         payload = b"z" * 1000
         for i in range(5000):
@@ -336,7 +337,7 @@ async def test_denied_namespaces(nats_server: NatsServer, link: LeafConnection) 
         await nc.publish("$OBJ.b.c", b"obj")
         await nc.publish("$JS.API.STREAM.INFO.X", b"{}")
         await nc.publish("plain.x", b"ok")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(ok) == 1, what="plain message")
         await link.flush()
     finally:
@@ -354,12 +355,12 @@ async def test_unsubscribe_stops_delivery(nats_server: NatsServer, link: LeafCon
     nc = await nats.connect(nats_server.url)
     try:
         await nc.publish("u.x", b"1")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(got1) == 1 and len(got2) == 1, what="both subs")
         s1.unsubscribe()
         await link.flush()
         await nc.publish("u.x", b"2")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(got2) == 2, what="second message")
         assert len(got1) == 1
         link.unsubscribe(s2)
@@ -403,7 +404,7 @@ async def test_runs_reach_run_callbacks_in_arrival_order(
             else:
                 await nc.publish(f"r.{i % 3}", b"%d" % i)
                 want.append(("run", i))
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(seen) >= len(want), what="every message")
     finally:
         await nc.close()
@@ -546,7 +547,7 @@ async def test_tls(tmp_path: Path, first: bool) -> None:
         await link.flush()
         nc = await nats.connect(srv.url)
         await nc.publish("tls.x", b"secure")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(got) == 1, what="message over TLS")
         await nc.close()
         await link.close()
@@ -581,7 +582,7 @@ async def test_local_queue_subscribers(nats_server: NatsServer, link: LeafConnec
     try:
         for i in range(50):
             await nc.publish("lq.x", str(i).encode())
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: len(a) + len(b) == 50 and len(plain) == 50, what="queue + plain deliveries")
     finally:
         await nc.close()
@@ -602,7 +603,7 @@ def test_runs_on_uvloop(tmp_path: Path) -> None:
             await link.flush()
             nc = await nats.connect(srv.url)
             sub = await nc.subscribe("uv.back")
-            await nc.flush()
+            await flush_barrier(nc)
             await until(lambda: link.has_interest("uv.back"), what="uv.back interest")
             await nc.publish("uv.x", b"in")
             link.publish("uv.back", b"out", reply="$JS.ACK.S.c.1.1.1.1.0@orders.uv")
@@ -677,7 +678,7 @@ async def test_deliveries_that_waited_out_a_stall_are_dropped(
             got.append((m.data, m.reply))
 
         await nc.subscribe("deliver.>", cb=cb)
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: link.has_interest("deliver.x"), what="interest in deliver.x")
         link.stale_after = 0.2
         link.publish("deliver.x", b"stale", reply="$JS.ACK.S.C.1.7.7.1700000000000000000.0")

@@ -28,6 +28,7 @@ from nats.js.api import ConsumerConfig
 
 from jetlog.chaos.proxy import FaultProxy
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.client import ClientLink
 
 from .conftest import start_node
@@ -346,7 +347,7 @@ async def test_client_link_detects_a_silent_partition(nats_server: NatsServer) -
             assert link.reconnects == 1
             nc = await nats.connect(nats_server.url)
             await nc.publish("part.x", b"after")
-            await nc.flush()
+            await flush_barrier(nc)
             await until(lambda: got == [b"after"], "subscription re-created")
             await nc.close()
         finally:
@@ -362,7 +363,7 @@ async def test_client_link_refuses_oversize_frames_and_stays_up(nats_server: Nat
         assert mp == 1024 * 1024
         nc = await nats.connect(nats_server.url)
         sub = await nc.subscribe("g")
-        await nc.flush()
+        await flush_barrier(nc)
         from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
 
         with pytest.raises(PayloadTooLargeError):
@@ -398,7 +399,7 @@ async def test_client_link_recovers_from_server_err(nats_server: NatsServer) -> 
         assert link.fast_path  # raw subscriptions are read from the new socket directly again
         nc = await nats.connect(nats_server.url)
         await nc.publish("e.y", b"after")
-        await nc.flush()
+        await flush_barrier(nc)
         await until(lambda: got == [b"after"], "subscription re-created")
         await nc.close()
     finally:
@@ -443,7 +444,7 @@ async def test_leaf_backlog_rechecked_against_a_smaller_max_payload() -> None:
         ).start()
         nc = await nats.connect(srv.url)
         sub = await nc.subscribe("shrink.x")
-        await nc.flush()
+        await flush_barrier(nc)
         await link.wait_connected(10)
         assert link.max_payload == MP
         await until(lambda: link.has_interest("shrink.x"), "interest")
@@ -479,7 +480,7 @@ async def test_client_link_subscriptions_made_while_down(nats_server: NatsServer
             nc = await nats.connect(nats_server.url)
             await nc.publish("old.x", b"1")
             await nc.publish("new.x", b"2")
-            await nc.flush()
+            await flush_barrier(nc)
             await until(lambda: got == [("new.x", b"2")], "only the new subscription delivers")
             await nc.close()
         finally:

@@ -28,6 +28,7 @@ from nats.js.api import KeyValueConfig, ObjectMeta, ObjectMetaOptions
 from nats.js.errors import APIError, BadRequestError
 
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 
 from .conftest import start_node
 from .jsutil import api
@@ -391,7 +392,7 @@ async def test_republish_near_limit(side: Side, nc: nats.NATS) -> None:
     js = nc.jetstream()
     await js.add_stream(name="R", subjects=["r.>"], republish={"src": "r.>", "dest": "rp.>"})
     sub = await nc.subscribe("rp.>")
-    await nc.flush()
+    await flush_barrier(nc)
     await js.publish("r.big", b"x" * (MP - 50))  # republish adds ~130 header bytes
     await js.publish("r.small", b"y" * 1000)
     first = await sub.next_msg(timeout=3)

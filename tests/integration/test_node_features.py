@@ -13,6 +13,7 @@ import nats
 import pytest
 
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 
 from .conftest import start_node
 
@@ -213,7 +214,7 @@ async def test_upstream_restart_both_links_recover(tmp_path: Any) -> None:
             assert await asyncio.wait_for(publish_works(), 20) == 2
             assert (await js.publish("$KV.rs.k", b"client-link capture")).seq == 3
             await nc.publish("rs.c", b"plain")
-            await nc.flush()
+            await flush_barrier(nc)
 
             async def three() -> None:
                 while (await js.stream_info("RS")).state.messages < 4:

@@ -8,6 +8,8 @@ import nats
 import pytest
 from nats.js.errors import APIError, NoStreamResponseError
 
+from jetlog.transport.barrier import flush_barrier
+
 from .conftest import Target
 from .jsutil import api, publish_req
 
@@ -93,7 +95,7 @@ async def test_plain_publish_is_stored_silently(nc: nats.NATS) -> None:
     await js.add_stream(name="P", subjects=["p.*"])
     for i in range(50):
         await nc.publish(f"p.{i % 3}", str(i).encode())
-    await nc.flush()
+    await flush_barrier(nc)
     await _wait_msgs(js, "P", 50)
     info = await js.stream_info("P")
     assert info.state.last_seq == 50

@@ -23,6 +23,7 @@ import nats
 import pytest
 
 from jetlog.embedded import NatsServer
+from jetlog.transport.barrier import flush_barrier
 from jetlog.wire.subjects import is_valid_literal_subject
 from jetlog.wire.transform import SubjectTransform
 
@@ -238,7 +239,7 @@ async def test_republish_matches_server(tmp_path: Any) -> None:
                 caught.append((stream, msg.subject))
 
         await listener.subscribe(">", cb=on_msg)
-        await listener.flush()
+        await flush_barrier(listener)
         try:
             for i, (subjects, rsrc, rdest, subject, st) in enumerate(REPUBLISH_CASES):
                 name = f"R{i}"
@@ -254,7 +255,7 @@ async def test_republish_matches_server(tmp_path: Any) -> None:
                 caught.clear()
                 ack = json.loads((await nc.request(subject, b"x", timeout=5)).data)
                 assert ack.get("stream") == name, ack
-                await listener.flush()  # everything the server queued to us before the PONG
+                await flush_barrier(listener)  # everything the server queued to us before the PONG
                 await asyncio.sleep(0)
                 got = [s for stream, s in caught if stream == name]
                 await delete(nc, name)

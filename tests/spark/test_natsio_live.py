@@ -13,6 +13,7 @@ import pytest
 
 from jetlog.embedded import NatsServer
 from jetlog.spark.natsio import Connection, ConnectOptions, NatsAuthError, NatsConnectionError
+from jetlog.transport.barrier import flush_barrier
 
 pytestmark = [pytest.mark.spark]
 
@@ -161,7 +162,7 @@ async def test_offsets_retried_through_silence_and_unavailable() -> None:
             await msg.respond(msgspec.json.encode(body))
 
         await nc.subscribe(OFFSETS_SUBJECT, cb=on)
-        await nc.flush()
+        await flush_barrier(nc)
         try:
             opts = parse_source_options(
                 {"servers": srv.url, "streams": "S,X", "requestTimeoutMs": "12000"}, False
@@ -186,7 +187,7 @@ async def test_offsets_retried_through_silence_and_unavailable() -> None:
                 return None
 
             await nc2.subscribe(OFFSETS_SUBJECT, cb=silent)
-            await nc2.flush()
+            await flush_barrier(nc2)
             try:
                 t0 = asyncio.get_running_loop().time()
                 with pytest.raises(NatsTimeout):
