@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from itertools import compress
 from typing import Any
 
+from jetlog.log.columns import extend_col, owned
 from jetlog.log.subject_index import Subjects
 
 BLOCK_MAX = 8192
@@ -71,6 +72,12 @@ class Block:
         if i < len(seqs) and seqs[i] == seq:
             return i
         return -1
+
+    def own(self) -> None:
+        """Make the columns arrays (copies of views of a mapped index file, see
+        ``segment.map_idx``): for the block that appends may still go to."""
+        self.seqs, self.ts, self.sid = owned(self.seqs, "Q"), owned(self.ts, "q"), owned(self.sid, "I")
+        self.size, self.pos, self.aux = owned(self.size, "I"), owned(self.pos, "I"), owned(self.aux, "I")
 
     def compact(self) -> None:
         """Drop dead entries (C-speed filtering)."""
@@ -547,6 +554,12 @@ class Index:
                 sum(blk.size) if blk.nlive == len(blk.live) else sum(compress(blk.size, blk.live))
             )
             out.append(blk)
+        if keep_dead and out:
+            # A writer segment's last block is where appends go (``add``, ``add_run``,
+            # ``replica.index_extend``): it must own its columns. The others are never grown
+            # or written to (compaction and pruning build new arrays; positions are set only
+            # for entries still being appended).
+            out[-1].own()
         return out
 
     def bulk_load(
@@ -625,7 +638,7 @@ class Index:
         for b in self.blocks:
             if b.seg is seg:
                 for dst, src in zip(cols, (b.seqs, b.ts, b.sid, b.size, b.pos, b.aux), strict=True):
-                    dst.extend(src)
+                    extend_col(dst, src)
         return cols
 
     def segment_live_seqs(self, seg: Any) -> array[int]:

@@ -47,9 +47,9 @@ from jetlog.log.segment import (
     Segment,
     SegmentData,
     SegmentIO,
-    decode_idx,
     encode_idx,
     idx_name,
+    map_idx,
     mapped_crc,
     read_file,
     seg_name,
@@ -265,12 +265,9 @@ def _load_segment(
     verify: bool,
     lazy: bool = False,
 ) -> SegmentData:
-    idx: SegmentData | None = None
-    try:
-        with open(seg.idx_path, "rb") as f:
-            idx = decode_idx(f.read(), seg.base)
-    except FileNotFoundError:
-        idx = None
+    # Columns are views of the mapped file (``map_idx``); a full check below copies nothing
+    # either (it reads the segment, not the index).
+    idx = map_idx(seg.idx_path, seg.base)
     if idx is not None and idx.content_crc is not None and idx.covered > 0:
         # The common case after a clean close: an index that vouches for the whole file (its
         # size and the CRC32C of every byte) leaves nothing to scan. ``lazy``: the size is
@@ -299,6 +296,7 @@ def _load_segment(
             idx = None
     if idx is not None and (idx.covered == len(buf) or last):
         data = idx
+        data.own()  # the scan below appends to its columns
         start = idx.covered
     else:
         data = SegmentData(seg.base)

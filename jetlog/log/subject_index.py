@@ -15,6 +15,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import compress
 
+from jetlog.log.columns import extend_col
 from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
 
 _FILTER_CACHE_MAX = 64
@@ -66,7 +67,7 @@ class Subjects:
         arr = self.seqs[sid]
         if not arr:
             self.live += 1
-        arr.extend(seqs)
+        extend_col(arr, seqs)
 
     def add_many(self, seqs: array[int], sids: array[int]) -> None:
         """Record new live messages (``seqs`` ascending, above every live one, ``sids`` their
@@ -76,7 +77,9 @@ class Subjects:
         if not seqs:
             return
         first = sids[0]
-        if sids.count(first) == len(sids):
+        # One subject throughout: a byte comparison (``count`` compares an int per entry;
+        # ``sids`` may be a view of a mapped index file, which has no ``count``).
+        if sids.tobytes() == sids[:1].tobytes() * len(sids):
             self.extend(first, seqs)
             return
         distinct = set(sids)

@@ -1,0 +1,29 @@
+"""Index columns that may be views of a mapped index file.
+
+An index's per-message columns are ``array``s, or, for entries recovered from an index file,
+read-only ``memoryview``s of its mapping (``segment.map_idx``): they index, slice, bisect,
+compress and sum alike, but cannot grow and ``array.extend`` takes them an element at a time.
+These two helpers are what code that copies or grows columns uses.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+
+def owned(col: array[Any], typecode: str) -> array[Any]:
+    """``col`` itself if it is an array, else (a view of a mapped index file) a copy."""
+    if isinstance(col, memoryview):
+        a = array(typecode)
+        a.frombytes(col.cast("B"))
+        return a
+    return col
+
+
+def extend_col(dst: array[Any], src: array[Any]) -> None:
+    """``dst.extend(src)`` with one copy whether ``src`` is an array or a mapped view."""
+    if isinstance(src, memoryview):
+        dst.frombytes(src.cast("B"))
+    else:
+        dst.extend(src)
