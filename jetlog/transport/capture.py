@@ -41,6 +41,11 @@ class Capture:
         self.leaf = leaf
         self.client = client
         self._pending: set[asyncio.Task[Any]] = set()
+        # Subscriptions made on each link, and how many of them a completed flush covered: a
+        # flush round-trips only the links that got new ones (a stream create on the leaf
+        # link no longer waits for a PING/PONG on the client link too, and vice versa).
+        self._made = {"leaf": 0, "client": 0}
+        self._flushed = {"leaf": 0, "client": 0}
 
     def subscribe(
         self, subject: str, cb: CaptureCallback, run_cb: RunCallback | None = None
@@ -53,7 +58,9 @@ class Capture:
             task = asyncio.ensure_future(self.client.subscribe_raw(subject, cb))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
+            self._made["client"] += 1
             return ("client", task)
+        self._made["leaf"] += 1
         return ("leaf", self.leaf.subscribe(subject, cb, run_cb=run_cb))
 
     def unsubscribe(self, handle: tuple[str, Any]) -> None:
@@ -72,11 +79,18 @@ class Capture:
         task.add_done_callback(self._pending.discard)
 
     async def flush(self, timeout: float = 5.0) -> None:
-        """Wait until the upstream has registered every subscription made so far."""
+        """Wait until the upstream has registered every subscription made so far (a round trip
+        on each link that got a subscription since a flush that covered it completed)."""
         if self._pending:
             await asyncio.gather(*list(self._pending))
-        await self.client.flush(timeout)
-        await self.leaf.flush(timeout)
+        for name, link in (("client", self.client), ("leaf", self.leaf)):
+            # The count is taken before the round trip: a subscription made while it is in
+            # flight is not covered by it, and the next flush round-trips again.
+            made = self._made[name]
+            if self._flushed[name] >= made:
+                continue
+            await link.flush(timeout)
+            self._flushed[name] = max(self._flushed[name], made)
 
 
 class Egress:
