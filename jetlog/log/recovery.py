@@ -265,8 +265,8 @@ def _load_segment(
     verify: bool,
     lazy: bool = False,
 ) -> SegmentData:
-    # Columns are views of the mapped file (``map_idx``); a full check below copies nothing
-    # either (it reads the segment, not the index).
+    # The index's per-message columns are views of the mapped file (``map_idx``), not copies;
+    # the full path below copies them (``own``) only where a scan appends to them.
     idx = map_idx(seg.idx_path, seg.base)
     if idx is not None and idx.content_crc is not None and idx.covered > 0:
         # The common case after a clean close: an index that vouches for the whole file (its
