@@ -27,3 +27,16 @@ def extend_col(dst: array[Any], src: array[Any]) -> None:
         dst.frombytes(src.cast("B"))
     else:
         dst.extend(src)
+
+
+def own_columns(obj: Any, spec: tuple[tuple[str, str], ...]) -> None:
+    """Make each column ``name`` (of typecode ``tc``) of ``obj`` an array it owns (``owned``)."""
+    for name, tc in spec:
+        setattr(obj, name, owned(getattr(obj, name), tc))
+
+
+def one_value(col: array[Any]) -> bool:
+    """True if every entry of the non-empty ``col`` equals its first: one byte comparison, for
+    arrays and mapped views alike (``array.count`` compares an int per entry; views have no
+    ``count``)."""
+    return col.tobytes() == col[:1].tobytes() * len(col)

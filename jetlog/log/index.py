@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from itertools import compress
 from typing import Any
 
-from jetlog.log.columns import extend_col, owned
+from jetlog.log.columns import extend_col, own_columns
 from jetlog.log.subject_index import Subjects
 
 BLOCK_MAX = 8192
@@ -76,8 +76,9 @@ class Block:
     def own(self) -> None:
         """Make the columns arrays (copies of views of a mapped index file, see
         ``segment.map_idx``): for the block that appends may still go to."""
-        self.seqs, self.ts, self.sid = owned(self.seqs, "Q"), owned(self.ts, "q"), owned(self.sid, "I")
-        self.size, self.pos, self.aux = owned(self.size, "I"), owned(self.pos, "I"), owned(self.aux, "I")
+        own_columns(
+            self, (("seqs", "Q"), ("ts", "q"), ("sid", "I"), ("size", "I"), ("pos", "I"), ("aux", "I"))
+        )
 
     def compact(self) -> None:
         """Drop dead entries (C-speed filtering)."""

@@ -54,7 +54,7 @@ from typing import Any, Protocol, cast
 from crc32c import crc32c
 
 from jetlog.log import mapfile
-from jetlog.log.columns import owned
+from jetlog.log.columns import one_value, own_columns
 from jetlog.log.positions import NULL_LAST, PosTable, is_null
 from jetlog.wire import records as rc
 from jetlog.wire.subjects import subject_bytes, subject_from_bytes
@@ -392,9 +392,9 @@ class SegmentData:
     def own(self) -> None:
         """Copy columns that are views of a mapped index file (``map_idx``) into arrays, before
         anything is appended to them."""
-        self.seqs, self.ts = owned(self.seqs, "Q"), owned(self.ts, "q")
-        self.pos, self.aux = owned(self.pos, "I"), owned(self.aux, "I")
-        self.size, self.lsid = owned(self.size, "I"), owned(self.lsid, "I")
+        own_columns(
+            self, (("seqs", "Q"), ("ts", "q"), ("pos", "I"), ("aux", "I"), ("size", "I"), ("lsid", "I"))
+        )
 
     def subject_index(self, subject: str) -> int:
         """The key of ``subject`` in ``subjects`` (a fresh key if new)."""
@@ -533,7 +533,7 @@ def _keys_known(lsid: array[int], subjects: dict[int, str]) -> bool:
     if len(subjects) == 1:
         # One subject (a segment of a single-subject stream): a byte comparison.
         (key,) = subjects
-        return lsid.tobytes() == array("I", [key]).tobytes() * len(lsid)
+        return lsid[0] == key and one_value(lsid)
     lo, hi = min(subjects), max(subjects)
     if hi - lo + 1 == len(subjects):
         # Contiguous keys (what writers produce): two passes in C instead of a set of keys.

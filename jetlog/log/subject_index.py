@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import compress
 
-from jetlog.log.columns import extend_col
+from jetlog.log.columns import extend_col, one_value
 from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
 
 _FILTER_CACHE_MAX = 64
@@ -77,9 +77,7 @@ class Subjects:
         if not seqs:
             return
         first = sids[0]
-        # One subject throughout: a byte comparison (``count`` compares an int per entry;
-        # ``sids`` may be a view of a mapped index file, which has no ``count``).
-        if sids.tobytes() == sids[:1].tobytes() * len(sids):
+        if one_value(sids):  # one subject throughout
             self.extend(first, seqs)
             return
         distinct = set(sids)

@@ -33,6 +33,16 @@ def _count_flushes(link: Any) -> list[int]:
     return calls
 
 
+async def _published_and_captured(
+    app: nats.NATS, subject: str, data: bytes, got: list[Any], what: str
+) -> None:
+    """Publish from another connection at once and wait until the capture has it."""
+    await app.publish(subject, data)
+    await flush_barrier(app)
+    await until(lambda: len(got) == 1, what=what)
+    assert got[0][0] == subject and got[0][3] == data
+
+
 @pytest.fixture
 async def capture(nats_server: NatsServer) -> AsyncIterator[tuple[Capture, list[int], list[int]]]:
     leaf = LeafConnection(nats_server.leaf_url, name="jetlog-capture-flush")
@@ -58,10 +68,7 @@ async def test_flush_round_trips_only_links_with_new_subscriptions(
         cap.subscribe("orders.>", cb_leaf)
         await cap.flush()
         assert (leaf_calls[0], client_calls[0]) == (1, 0)
-        await app.publish("orders.1", b"a")
-        await flush_barrier(app)
-        await until(lambda: len(got_leaf) == 1, what="the leaf capture")
-        assert got_leaf[0][0] == "orders.1" and got_leaf[0][3] == b"a"
+        await _published_and_captured(app, "orders.1", b"a", got_leaf, "the leaf capture")
 
         # Nothing new: no round trip at all.
         await cap.flush()
@@ -73,10 +80,7 @@ async def test_flush_round_trips_only_links_with_new_subscriptions(
         cap.subscribe("$KV.B.>", cb_kv)
         await cap.flush()
         assert (leaf_calls[0], client_calls[0]) == (1, 1)
-        await app.publish("$KV.B.k", b"v")
-        await flush_barrier(app)
-        await until(lambda: len(got_kv) == 1, what="the client-link capture")
-        assert got_kv[0][0] == "$KV.B.k" and got_kv[0][3] == b"v"
+        await _published_and_captured(app, "$KV.B.k", b"v", got_kv, "the client-link capture")
     finally:
         await app.close()
 
