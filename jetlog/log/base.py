@@ -336,7 +336,7 @@ class IndexedStore:
     def subject_state(self, subject: str) -> SubjectState | None:
         subj = self._ix.subjects
         sid = subj.ids.get(subject)
-        if sid is None or not subj.seqs[sid]:
+        if sid is None or not subj.has_live(sid):
             return None
         return SubjectState(subj.count(sid), subj.first(sid), subj.last(sid))
 

@@ -531,9 +531,14 @@ class Index:
         aux: array[int],
         live: bytearray,
         keep_dead: bool,
+        sums: tuple[int, array[int] | None] = (0, None),
     ) -> list[Block]:
         """Blocks for a segment's columns (dead entries dropped unless ``keep_dead``). Does not
-        touch any counter."""
+        touch any counter. ``sums``: ``(chunk, per-chunk sums of size)`` from an index file
+        (``SegmentData.size_sums``), used when chunks are blocks and every entry is live."""
+        chunk, per = sums
+        if chunk != BLOCK_MAX or live.count(0):
+            per = None
         if not keep_dead and live.count(0):
             seqs = array("Q", compress(seqs, live))
             ts = array("q", compress(ts, live))
@@ -550,10 +555,14 @@ class Index:
             blk.size, blk.pos, blk.aux = size[c:e], pos[c:e], aux[c:e]
             blk.live = live[c:e]
             blk.nlive = blk.live.count(1)
-            # All live (recovery of a store without removals): no mask to apply.
-            blk.live_bytes = (
-                sum(blk.size) if blk.nlive == len(blk.live) else sum(compress(blk.size, blk.live))
-            )
+            # All live (recovery of a store without removals): no mask to apply, and with the
+            # file's sums not even a pass over the sizes (a Python step per entry).
+            if per is not None:
+                blk.live_bytes = per[c // BLOCK_MAX]
+            elif blk.nlive == len(blk.live):
+                blk.live_bytes = sum(blk.size)
+            else:
+                blk.live_bytes = sum(compress(blk.size, blk.live))
             out.append(blk)
         if keep_dead and out:
             # A writer segment's last block is where appends go (``add``, ``add_run``,
@@ -574,15 +583,22 @@ class Index:
         aux: array[int],
         live: bytearray,
         keep_dead: bool,
+        sums: tuple[int, array[int] | None] = (0, None),
+        one_sid: int | None = None,
     ) -> None:
-        """Append a segment's columns (sequences above every existing entry) with liveness."""
+        """Append a segment's columns (sequences above every existing entry) with liveness.
+        ``sums``: see :meth:`make_blocks`; ``one_sid``: the subject of every entry, when the
+        caller knows there is one (a segment whose subject table has one name)."""
         subjects = self.subjects
-        for blk in self.make_blocks(seg, seqs, ts, sid, size, pos, aux, live, keep_dead):
+        for blk in self.make_blocks(seg, seqs, ts, sid, size, pos, aux, live, keep_dead, sums):
             self.blocks.append(blk)
             self.firsts.append(blk.seqs[0])
             if blk.nlive:
                 if blk.nlive == len(blk.seqs):
-                    subjects.add_many(blk.seqs, blk.sid)
+                    if one_sid is not None:
+                        subjects.extend(one_sid, blk.seqs)
+                    else:
+                        subjects.add_many(blk.seqs, blk.sid)
                 else:
                     subjects.add_many(
                         array("Q", compress(blk.seqs, blk.live)), array("I", compress(blk.sid, blk.live))

@@ -36,19 +36,30 @@ class PosTable:
     """The position-bearing batches of one segment (or of a memory log), in log order:
     file offset, stored size and ``last_seq`` of each. Memory: 24 bytes per batch."""
 
-    __slots__ = ("last", "off", "size")
+    __slots__ = ("_end", "_size", "last", "off")
 
     def __init__(self) -> None:
         self.off = array("Q")
-        self.size = array("Q")
+        self._size: array[int] | None = array("Q")
+        self._end = 0  # with ``_size`` None: where the last batch ends
         self.last = array("Q")
+
+    @property
+    def size(self) -> array[int]:
+        """Stored size of each batch. A table built at recovery works it out on first use:
+        most segments of a restarted log are never read by position before they are dropped,
+        and the subtraction is a Python step per batch (~0.5M batches for 10M messages)."""
+        if self._size is None:
+            off = self.off
+            self._size = array("Q", map(sub, chain(islice(off, 1, None), (self._end,)), off))
+        return self._size
 
     def __len__(self) -> int:
         return len(self.last)
 
     def add(self, off: int, size: int, last: int) -> None:
-        self.off.append(off)
         self.size.append(size)
+        self.off.append(off)
         self.last.append(last)
 
     def k(self, i: int) -> int:
@@ -68,8 +79,8 @@ class PosTable:
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` entries."""
-        del self.off[n:]
         del self.size[n:]
+        del self.off[n:]
         del self.last[n:]
 
     @classmethod
@@ -79,20 +90,38 @@ class PosTable:
         t = cls()
         if not offsets:
             return t
-        # All in C (recovery builds one table per segment): sizes from the next batch's offset
-        # (a null batch included), then the null batches dropped.
+        nulls = _nulls(lasts)
+        if nulls <= 1 and (not nulls or lasts[0] == NULL_LAST):
+            # No null batch, or only the header-only batch a store starts with (the usual
+            # case; slices are C copies): each kept batch ends where the next begins, so the
+            # sizes can wait for first use (``size``).
+            k = 1 if nulls else 0
+            t.off, t.last = offsets[k:], lasts[k:]  # copies: the index's columns stay its own
+            t._size, t._end = None, covered
+            return t
+        # Sizes from the next batch's offset (a null batch included), then the nulls dropped.
         sizes = array("Q", map(sub, chain(islice(offsets, 1, None), (covered,)), offsets))
-        nulls = lasts.count(NULL_LAST)
-        if not nulls:
-            t.off, t.size, t.last = array("Q", offsets), sizes, array("Q", lasts)
-            return t
-        if nulls == 1 and lasts[0] == NULL_LAST:
-            # The usual one: the header-only batch a store starts with (slices are C copies;
-            # the mask below costs a Python step per batch, ~1 ms per segment on restart).
-            t.off, t.size, t.last = offsets[1:], sizes[1:], lasts[1:]
-            return t
         keep = bytes(map(NULL_LAST.__ne__, lasts))
         t.off = array("Q", compress(offsets, keep))
-        t.size = array("Q", compress(sizes, keep))
+        t._size = array("Q", compress(sizes, keep))
         t.last = array("Q", compress(lasts, keep))
         return t
+
+
+_NULL_BYTES = NULL_LAST.to_bytes(8, "little")
+
+
+def _nulls(lasts: array[int]) -> int:
+    """How many entries of ``lasts`` are ``NULL_LAST``: a byte search (``array.count`` makes
+    an int per entry). A hit must be 8-byte aligned; the all-ones pattern reads the same in
+    either byte order."""
+    raw = lasts.tobytes()
+    n = 0
+    i = raw.find(_NULL_BYTES)
+    while i >= 0:
+        if i % 8 == 0:
+            n += 1
+            i = raw.find(_NULL_BYTES, i + 8)
+        else:
+            i = raw.find(_NULL_BYTES, i + 1)
+    return n

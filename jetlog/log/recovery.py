@@ -508,7 +508,12 @@ def build_index(rec: Recovered) -> Index:
         # The file's subject keys are usually the index's ids already (one stream's subjects
         # interned in the same order): then no per-record mapping at all.
         sids = d.lsid if all(k == v for k, v in gsid.items()) else array("I", map(gsid.__getitem__, d.lsid))
-        ix.bulk_load(seg, d.seqs, d.ts, sids, d.size, d.pos, d.aux, live, seg is last)
+        # An index file's size sums and a one-name subject table spare the load a pass over
+        # the ``size`` and subject columns (the file's CRC vouched for both, and decoding
+        # checked that every record's subject key is in the table).
+        one = next(iter(gsid.values())) if len(gsid) == 1 else None
+        sums = (d.sum_chunk, d.size_sums)
+        ix.bulk_load(seg, d.seqs, d.ts, sids, d.size, d.pos, d.aux, live, seg is last, sums, one)
         for s, exp in d.ttl.items():
             i = bisect_left(d.seqs, s)
             if i < n and live[i]:

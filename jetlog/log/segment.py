@@ -14,20 +14,26 @@ Index file (little-endian; trusted only if its CRC is valid, its base matches, t
 at least ``covered`` bytes long, and every listed batch position holds a valid batch)::
 
     header (``IDX``): magic b"JLX\\x01" | crc u32 (CRC32C of every byte after this field) |
-        version u16 (3) | flags u16 (bit 0: the segment was rewritten by compaction; bit 1:
+        version u16 (4) | flags u16 (bit 0: the segment was rewritten by compaction; bit 1:
         the content crc is set) |
         base u64 | covered u64 (segment bytes described) |
         n_records u32 | n_ops u32 | n_batches u32 | n_subjects u32 | n_ttl u32 |
         last_seq u64 | last_ts i64 | epoch u64 | content crc u32 (CRC32C of the segment's
         first ``covered`` bytes, computed only from bytes whose batches were checked, or
-        from the bytes as written for a segment the process wrote from its first byte)
+        from the bytes as written for a segment the process wrote from its first byte) |
+        sum chunk u32 | n_sums u32
     columns: seqs Q[n] | ts q[n] | pos I[n] | aux I[n] | size I[n] | subject index I[n] |
         ttl entry index I[n_ttl] | ttl expiry q[n_ttl] | ops Q[2*n_ops] | batch offsets Q[n_batches] |
         batch last_seqs Q[n_batches] (``positions.NULL_LAST`` for null batches) |
-        subject keys I[n_subjects] | subject lengths I[n_subjects] | subject bytes
+        subject keys I[n_subjects] | subject lengths I[n_subjects] | subject bytes |
+        size sums Q[n_sums] (the sum of ``size`` over each run of ``sum chunk`` records)
 
 (Version 1 had no batch last_seqs; such a file is rebuilt from its segment on open. Version 2
-had no content crc; such a file is checked batch by batch against its segment, as before.)
+had no content crc; such a file is checked batch by batch against its segment, as before.
+Version 3 had no size sums; the index sums its columns on open instead.)
+
+The size sums let a restart count a sealed segment's bytes without reading its ``size``
+column: summing 10M entries in Python was a tenth of a restart's CPU.
 
 The content crc makes opening a cleanly closed store cheap: one CRC32C over each segment
 (C speed) proves the bytes are those the index was made from, instead of decoding and
@@ -62,8 +68,13 @@ from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 IDX = struct.Struct("<4sIHHQQIIIIIQqQ")
 """The index header of versions 1 and 2; version 3 follows it with the content crc."""
 IDX_CONTENT = struct.Struct("<I")
+IDX_SUMS = struct.Struct("<II")
+"""Version 4: the size sums' chunk length and count, after the content crc."""
 IDX_MAGIC = b"JLX\x01"
-IDX_VERSION = 3
+IDX_VERSION = 4
+SUM_CHUNK = 8192
+"""Records per size sum: the in-memory index's block length (``index.BLOCK_MAX``), so that a
+sealed segment's blocks take their byte counts from the file."""
 IDX_REWRITTEN = 0x1  # flags: compaction rewrote the segment (its batch positions changed)
 IDX_HAS_CONTENT_CRC = 0x2  # flags: the content crc is set
 COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
@@ -388,10 +399,14 @@ class SegmentData:
         self.epoch = 0
         self.has_batches = False
         self.content_crc: int | None = None  # from a version-3 index file
+        # Version 4: the sum of ``size`` over each ``sum_chunk`` records (None: not known).
+        self.size_sums: array[int] | None = None
+        self.sum_chunk = 0
 
     def own(self) -> None:
         """Copy columns that are views of a mapped index file (``map_idx``) into arrays, before
-        anything is appended to them."""
+        anything is appended to them (which the size sums would no longer describe)."""
+        self.size_sums = None
         own_columns(
             self, (("seqs", "Q"), ("ts", "q"), ("pos", "I"), ("aux", "I"), ("size", "I"), ("lsid", "I"))
         )
@@ -410,6 +425,7 @@ class SegmentData:
     ) -> None:
         """Index the given (already CRC-checked) batches of ``buf``. Raises ``BatchError`` if a
         batch's content is inconsistent (which a CRC-valid batch written by us never is)."""
+        self.size_sums = None
         for off, h in batches:
             body = rc.raw_body(h, rc.check_body(buf, off, h), dctx, off)
             compressed = h.compressed
@@ -485,6 +501,7 @@ def encode_idx(
                 ttl_exp.append(exp)
     keys = array("I", subjects.keys())
     raw = [subject_bytes(s) for s in subjects.values()]
+    sums = array("Q", [sum(size[c : c + SUM_CHUNK]) for c in range(0, n, SUM_CHUNK)])
     lens = array("I", [len(b) for b in raw])
     body = b"".join(
         [
@@ -502,24 +519,29 @@ def encode_idx(
             _le(keys),
             _le(lens),
             *raw,
+            _le(sums),
         ]
     )
-    tail = IDX.pack(
-        IDX_MAGIC,
-        0,
-        IDX_VERSION,
-        (IDX_REWRITTEN if rewritten else 0) | (IDX_HAS_CONTENT_CRC if content_crc is not None else 0),
-        base,
-        covered,
-        n,
-        len(ops) // 2,
-        len(batches),
-        len(subjects),
-        len(ttl_idx),
-        last_seq,
-        last_ts,
-        epoch,
-    )[8:] + IDX_CONTENT.pack(content_crc or 0)
+    tail = (
+        IDX.pack(
+            IDX_MAGIC,
+            0,
+            IDX_VERSION,
+            (IDX_REWRITTEN if rewritten else 0) | (IDX_HAS_CONTENT_CRC if content_crc is not None else 0),
+            base,
+            covered,
+            n,
+            len(ops) // 2,
+            len(batches),
+            len(subjects),
+            len(ttl_idx),
+            last_seq,
+            last_ts,
+            epoch,
+        )[8:]
+        + IDX_CONTENT.pack(content_crc or 0)
+        + IDX_SUMS.pack(SUM_CHUNK, len(sums))
+    )
     crc = crc32c(body, crc32c(tail))
     return IDX_MAGIC + struct.pack("<I", crc) + tail + body
 
@@ -585,7 +607,7 @@ def decode_idx(buf: bytes | memoryview, base: int, *, views: bool = False) -> Se
         last_ts,
         epoch,
     ) = IDX.unpack_from(buf, 0)
-    if magic != IDX_MAGIC or version not in (2, IDX_VERSION) or ibase != base:
+    if magic != IDX_MAGIC or version not in (2, 3, IDX_VERSION) or ibase != base:
         return None
     if crc32c(memoryview(buf)[8:]) != crc:
         return None
@@ -597,6 +619,12 @@ def decode_idx(buf: bytes | memoryview, base: int, *, views: bool = False) -> Se
         if flags & IDX_HAS_CONTENT_CRC:
             (d.content_crc,) = IDX_CONTENT.unpack_from(buf, p)
         p += IDX_CONTENT.size
+    n_sums = 0
+    if version >= 4:
+        if len(buf) < p + IDX_SUMS.size:
+            return None
+        d.sum_chunk, n_sums = IDX_SUMS.unpack_from(buf, p)
+        p += IDX_SUMS.size
 
     view = memoryview(buf)
 
@@ -636,6 +664,10 @@ def decode_idx(buf: bytes | memoryview, base: int, *, views: bool = False) -> Se
             d.subjects[key] = name
             d._subj_ix[name] = key
             p += ln
+        if version >= 4:
+            d.size_sums = take("Q", n_sums)
+            if d.sum_chunk <= 0 or n_sums != -(-n // d.sum_chunk):
+                return None
         d._next_key = max(keys, default=-1) + 1
         if p != len(buf) or not _keys_known(d.lsid, d.subjects):
             return None

@@ -7,6 +7,13 @@ restart only re-interns subjects still present in the log).
 Per subject, the live sequences are a sorted ``array('Q')`` plus a head offset: count, first
 and last are O(1); a removal at the front is O(1) amortised (the dead prefix is cut once it
 is more than half the array), a removal in the middle is a bisection and a memmove.
+
+On a restart, a subject's sequences can first be *views*: a run of a mapped index file's
+sequence column that is all the subject's (a single-subject segment). They are copied into
+the array only when the subject is first read or removed from (``_settle``): a stream's
+subjects are mostly not asked about before it serves, and copying 10M sequences was a sixth
+of a restart. Invariant: while ``_lazy[sid]`` exists, ``head[sid]`` is 0 and the subject's
+live sequences are the views, in order, followed by ``seqs[sid]`` (appends still go there).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import compress
+from typing import cast
 
 from jetlog.log.columns import extend_col, one_value
 from jetlog.wire.subjects import Sublist, is_literal, matches, subject_bytes
@@ -33,6 +41,7 @@ class Subjects:
         self.seqs: list[array[int]] = [array("Q")]
         self.head: list[int] = [0]
         self.live = 0  # subjects with at least one live message
+        self._lazy: dict[int, list[memoryview]] = {}  # see the module docstring
         self._filters: dict[str, set[int]] = {}
         self._sub: Sublist[str] = Sublist()
 
@@ -53,20 +62,46 @@ class Subjects:
         return sid
 
     # ---- per-subject sequences --------------------------------------------------------------
+    def _settle(self, sid: int) -> array[int]:
+        """The subject's sequence array, with any views still ahead of it copied in."""
+        views = self._lazy.pop(sid)
+        arr = array("Q")
+        for v in views:
+            extend_col(arr, cast("array[int]", v))
+        arr.extend(self.seqs[sid])
+        self.seqs[sid] = arr
+        return arr
+
+    def _arr(self, sid: int) -> array[int]:
+        if self._lazy and sid in self._lazy:
+            return self._settle(sid)
+        return self.seqs[sid]
+
     def add(self, sid: int, seq: int) -> None:
         """Record a new live message (``seq`` above every live one of the subject)."""
         arr = self.seqs[sid]
-        if not arr:
+        if not arr and sid not in self._lazy:
             self.live += 1
         arr.append(seq)
 
     def extend(self, sid: int, seqs: array[int]) -> None:
-        """Record new live messages of one subject (ascending, above every live one)."""
+        """Record new live messages of one subject (ascending, above every live one). A
+        read-only view (a mapped index column) is kept as it is until the subject is read,
+        when nothing is in the array yet."""
         if not seqs:
             return
         arr = self.seqs[sid]
         if not arr:
-            self.live += 1
+            lazy = self._lazy.get(sid)
+            if isinstance(seqs, memoryview):
+                if lazy is None:
+                    self._lazy[sid] = [seqs]
+                    self.live += 1
+                else:
+                    lazy.append(seqs)
+                return
+            if lazy is None:
+                self.live += 1
         extend_col(arr, seqs)
 
     def add_many(self, seqs: array[int], sids: array[int]) -> None:
@@ -90,7 +125,7 @@ class Subjects:
 
     def remove(self, sid: int, seq: int) -> None:
         """Forget a live message of subject ``sid``."""
-        arr = self.seqs[sid]
+        arr = self._arr(sid)
         h = self.head[sid]
         if arr[h] == seq:
             h += 1
@@ -110,18 +145,22 @@ class Subjects:
             if i < len(arr) and arr[i] == seq:
                 del arr[i]
 
+    def has_live(self, sid: int) -> bool:
+        """The subject has at least one live message."""
+        return bool(self.seqs[sid]) or sid in self._lazy
+
     def count(self, sid: int) -> int:
-        return len(self.seqs[sid]) - self.head[sid]
+        return len(self._arr(sid)) - self.head[sid]
 
     def first(self, sid: int) -> int:
-        return self.seqs[sid][self.head[sid]]
+        return self._arr(sid)[self.head[sid]]
 
     def last(self, sid: int) -> int:
-        return self.seqs[sid][-1]
+        return self._arr(sid)[-1]
 
     def next_at(self, sid: int, start: int) -> int:
         """First live sequence ≥ ``start`` of the subject (0 if none)."""
-        arr = self.seqs[sid]
+        arr = self._arr(sid)
         if not arr:
             return 0
         h = self.head[sid]
@@ -132,7 +171,7 @@ class Subjects:
 
     def seqs_from(self, sid: int, start: int, bound: int, limit: int) -> array[int]:
         """Up to ``limit`` live sequences of the subject in ``[start, bound]``, ascending."""
-        arr = self.seqs[sid]
+        arr = self._arr(sid)
         if not arr:
             return array("Q")
         i = bisect_left(arr, start, self.head[sid])
@@ -143,7 +182,7 @@ class Subjects:
 
     def prev_at(self, sid: int, bound: int) -> int:
         """Last live sequence ≤ ``bound`` of the subject (0 if none)."""
-        arr = self.seqs[sid]
+        arr = self._arr(sid)
         if not arr:
             return 0
         if arr[-1] <= bound:
@@ -154,7 +193,7 @@ class Subjects:
 
     def count_from(self, sid: int, start: int) -> int:
         """Live messages of the subject with sequence ≥ ``start``."""
-        arr = self.seqs[sid]
+        arr = self._arr(sid)
         h = self.head[sid]
         if not arr or arr[h] >= start:
             return len(arr) - h
@@ -162,10 +201,12 @@ class Subjects:
 
     def live_seqs(self, sid: int) -> array[int]:
         """A copy of the live sequences of the subject."""
-        return self.seqs[sid][self.head[sid] :]
+        return self._arr(sid)[self.head[sid] :]
 
     def drop_before(self, cutoff: int) -> None:
         """Forget every live sequence < ``cutoff`` (bulk purge)."""
+        for sid in list(self._lazy):
+            self._settle(sid)
         seqs, head = self.seqs, self.head
         for sid in range(1, len(seqs)):
             arr = seqs[sid]
@@ -182,6 +223,7 @@ class Subjects:
 
     def clear_counts(self) -> None:
         """Forget every live sequence (purge of everything)."""
+        self._lazy.clear()
         for sid in range(1, len(self.seqs)):
             if self.seqs[sid]:
                 self.seqs[sid] = array("Q")
@@ -213,7 +255,7 @@ class Subjects:
 
     def live_sids(self, sids: set[int] | None = None) -> list[int]:
         """Ids with at least one live message (restricted to ``sids`` when given)."""
-        seqs = self.seqs
+        seqs, lazy = self.seqs, self._lazy
         if sids is None:
-            return [sid for sid in range(1, len(seqs)) if seqs[sid]]
-        return [sid for sid in sids if seqs[sid]]
+            return [sid for sid in range(1, len(seqs)) if seqs[sid] or sid in lazy]
+        return [sid for sid in sids if seqs[sid] or sid in lazy]

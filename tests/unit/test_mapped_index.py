@@ -4,6 +4,7 @@ the block that appends go to owns its columns."""
 
 from __future__ import annotations
 
+import builtins
 import gc
 import os
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jetlog.log import index as index_mod
+from jetlog.log import segment as segment_mod
 from jetlog.log.columns import extend_col, owned
 from jetlog.log.filestore import FileStore
 from jetlog.log.mapfile import map_file
@@ -34,13 +36,15 @@ def _mapped(path: str) -> bool:
         return any(line.rstrip().endswith(path) for line in f)
 
 
-async def _filled(path: Path, n: int, model: Model, subjects: tuple[str, ...] = ("a.b",)) -> None:
+async def _filled(
+    path: Path, n: int, model: Model, subjects: tuple[str, ...] = ("a.b",), ts0: int = 1000
+) -> None:
     st = await _open(path)
     try:
         for i in range(n):
             subj = subjects[i % len(subjects)]
             data = f"{model.last_seq + 1}".encode() * 5
-            assert st.append(subj, b"", data, 1000 + i) == model.append(subj, b"", data, 1000 + i)
+            assert st.append(subj, b"", data, ts0 + i) == model.append(subj, b"", data, ts0 + i)
     finally:
         await st.close()
 
@@ -163,5 +167,122 @@ async def test_store_with_many_segments_opens_without_descriptors_per_index(tmp_
             except OSError:
                 continue  # closed meanwhile (the listing's own descriptor)
         assert not [t for t in targets if t.endswith(".idx")]
+    finally:
+        await st.close()
+
+
+async def test_blocks_take_their_byte_counts_from_the_index_files_sums(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Index files written here carry one size sum per block (16 records, as the blocks).
+    monkeypatch.setattr(segment_mod, "SUM_CHUNK", 16)
+    model = Model()
+    await _filled(tmp_path, 400, model)  # one subject: its table has one name
+    summed: list[int] = []
+
+    def counting(col: object, *a: int) -> int:
+        summed.append(1)
+        return builtins.sum(col, *a)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(index_mod, "sum", counting, raising=False)
+    st = await _open(tmp_path, lazy_verify=True)
+    try:
+        assert not summed  # every block's bytes came from a file
+        assert len(st._ix.blocks) >= 20
+        for b in st._ix.blocks:
+            assert b.live_bytes == builtins.sum(b.size)
+        check_store(st, model)
+        for seq in (3, 40, 41, 399):
+            assert st.remove(seq) == model.remove(seq)
+        check_store(st, model)
+    finally:
+        await st.close()
+    # With removals recorded in the log, blocks are summed again (the sums count dead entries).
+    st = await _open(tmp_path, lazy_verify=True)
+    try:
+        assert summed
+        for b in st._ix.blocks:
+            assert b.live_bytes == builtins.sum(s for s, alive in zip(b.size, b.live, strict=True) if alive)
+        check_store(st, model)
+    finally:
+        await st.close()
+    # Sums of another chunk length than the blocks' are not used.
+    monkeypatch.setattr(index_mod, "BLOCK_MAX", 32)
+    summed.clear()
+    st = await _open(tmp_path, lazy_verify=True)
+    try:
+        assert summed
+        check_store(st, model)
+    finally:
+        await st.close()
+
+
+def _lazy_subjects(st: FileStore) -> dict[int, int]:
+    """Subject id -> how many mapped views its sequences still wait in."""
+    return {sid: len(v) for sid, v in st._ix.subjects._lazy.items()}
+
+
+@pytest.mark.parametrize(
+    "first_op",
+    [
+        "read",
+        "append",
+        "remove_front",
+        "remove_middle",
+        "purge_subject",
+        "purge_below",
+        "purge_all",
+        "remove_last",
+    ],
+)
+async def test_subject_sequences_stay_mapped_until_first_used(tmp_path: Path, first_op: str) -> None:
+    model = Model()
+    # Segments of one subject each (the others' segments mix two): the one-subject runs are
+    # kept as views of the index files until the subject is first read or changed.
+    await _filled(tmp_path, 300, model, ("a.b",))
+    await _filled(tmp_path, 60, model, ("x.y", "x.z"), ts0=2000)
+    await _filled(tmp_path, 200, model, ("a.b",), ts0=3000)
+    st = await _open(tmp_path, lazy_verify=True)
+    try:
+        subj = st._ix.subjects
+        sid = subj.ids["a.b"]
+        lazy = _lazy_subjects(st)
+        assert lazy.get(sid, 0) >= 10 and subj.live == 3
+        assert not subj.seqs[sid] or sid in lazy  # nothing copied but what appends go to
+        assert st.state().num_subjects == 3 and subj.has_live(sid) and sid in _lazy_subjects(st)
+        if first_op == "read":
+            assert st.subjects_state("a.b") == model.subjects_state("a.b")
+        elif first_op == "append":
+            for i in range(40):
+                assert st.append("a.b", b"", b"n%d" % i, 9000 + i) == model.append(
+                    "a.b", b"", b"n%d" % i, 9000 + i
+                )
+            assert sid in _lazy_subjects(st)  # appends do not copy the views in
+        elif first_op == "remove_front":
+            assert st.remove(1) == model.remove(1)
+        elif first_op == "remove_middle":
+            assert st.remove(150) == model.remove(150)
+        elif first_op == "remove_last":
+            assert st.remove(model.last_seq) == model.remove(model.last_seq)
+        elif first_op == "purge_subject":
+            assert st.purge("a.b", keep=5) == model.purge("a.b", keep=5)
+        elif first_op == "purge_below":
+            assert st.purge(seq=200) == model.purge(seq=200)
+        else:
+            assert st.purge() == model.purge()
+            assert not _lazy_subjects(st) and subj.live == 0
+        if first_op != "append":
+            assert sid not in _lazy_subjects(st)
+        check_store(st, model)
+        for i in range(20):
+            assert st.append("a.b", b"", b"m%d" % i, 9500 + i) == model.append(
+                "a.b", b"", b"m%d" % i, 9500 + i
+            )
+        check_store(st, model)
+    finally:
+        await st.close()
+    st = await _open(tmp_path, lazy_verify=True)
+    try:
+        check_store(st, model)
     finally:
         await st.close()

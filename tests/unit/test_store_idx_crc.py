@@ -14,7 +14,7 @@ from crc32c import crc32c
 
 from jetlog.log import FileStore
 from jetlog.log import segment as segmod
-from jetlog.log.segment import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, decode_idx
+from jetlog.log.segment import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, IDX_SUMS, SUM_CHUNK, decode_idx
 from jetlog.wire import records as rc
 from tests.unit.test_store_file import _fill, _logs, _open, _read, _write
 from tests.unit.test_store_model import Model, check_store
@@ -101,28 +101,49 @@ async def test_a_flipped_byte_is_still_found(tmp_path: Path) -> None:
         await store.close()
 
 
-def _as_version_2(blob: bytes) -> bytes:
-    """The same index as an older jetlog wrote it: no content crc field."""
+def _as_version(blob: bytes, version: int) -> bytes:
+    """The same index as an older jetlog wrote it: version 3 had no size sums, version 2 no
+    content crc field either."""
     head = list(IDX.unpack_from(blob, 0))
-    head[2] = 2
-    head[3] &= ~IDX_HAS_CONTENT_CRC
-    rest = blob[IDX.size + IDX_CONTENT.size :]
-    tail = IDX.pack(*head)[8:]
+    assert head[2] == 4
+    _chunk, n_sums = IDX_SUMS.unpack_from(blob, IDX.size + IDX_CONTENT.size)
+    head[2] = version
+    crc_field = blob[IDX.size : IDX.size + IDX_CONTENT.size]
+    if version == 2:
+        head[3] &= ~IDX_HAS_CONTENT_CRC
+        crc_field = b""
+    rest = blob[IDX.size + IDX_CONTENT.size + IDX_SUMS.size : len(blob) - 8 * n_sums]
+    tail = IDX.pack(*head)[8:] + crc_field
     return head[0] + struct.pack("<I", crc32c(rest, crc32c(tail))) + tail + rest
 
 
-async def test_version_2_index_files_are_still_used(tmp_path: Path) -> None:
+def _as_version_2(blob: bytes) -> bytes:
+    # A sealed segment's index is not rewritten by an open and close: it may be one already.
+    return blob if IDX.unpack_from(blob, 0)[2] == 2 else _as_version(blob, 2)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_older_index_files_are_still_used(tmp_path: Path, version: int) -> None:
     model = await _filled(tmp_path)
     for p in glob.glob(str(tmp_path / "*.idx")):
-        _write(p, _as_version_2(_read(p)))
+        v4 = decode_idx(_read(p), int(Path(p).name[:-4]))
+        assert v4 is not None and v4.size_sums is not None and v4.sum_chunk == SUM_CHUNK
+        assert list(v4.size_sums) == [
+            sum(v4.size[c : c + SUM_CHUNK]) for c in range(0, len(v4.seqs), SUM_CHUNK)
+        ]
+        _write(p, _as_version(_read(p), version))
         d = decode_idx(_read(p), int(Path(p).name[:-4]))
-        assert d is not None and d.content_crc is None
+        # Version 3 had no size sums (the index sums its columns), version 2 no content crc.
+        assert d is not None and d.size_sums is None
+        assert d.content_crc == (v4.content_crc if version == 3 else None)
     store = await _open(tmp_path)
     try:
         assert store.recovery.rebuilt_indexes == 0
         check_store(store, model)
     finally:
         await store.close()
+    if version == 3:
+        return
     # A version-2 index whose segment was damaged is found batch by batch, as before.
     first = _logs(tmp_path)[0]
     _write(first[:-4] + ".idx", _as_version_2(_read(first[:-4] + ".idx")))
