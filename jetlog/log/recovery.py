@@ -282,6 +282,8 @@ def _load_segment(
         trusted = lazy and _trustworthy(io, seg.path, idx)
         if trusted or (verify and mapped_crc(io, seg.path, idx.covered) == idx.content_crc):
             seg.wcrc, seg.wlen = idx.content_crc, idx.covered
+            if idx.size_sums is not None:
+                seg.idx_file = (idx.covered, idx.content_crc, idx.epoch)
             if trusted:
                 seg.trusted = (idx.covered, idx.content_crc)
             return idx

@@ -308,6 +308,7 @@ class Segment:
         "erase",
         "fd",
         "gen",
+        "idx_file",
         "idx_ok",
         "last_seq",
         "last_ts",
@@ -343,6 +344,10 @@ class Segment:
         # (covered, content CRC) of a segment a lazy open took on its index file's word
         # without reading it; None once the scrub checked it (or when it was read at open).
         self.trusted: tuple[int, int] | None = None
+        # (covered, content CRC, epoch) of the current-format index file found on disk that
+        # describes this segment exactly; a close that finds the segment as it was (same size
+        # and running CRC, same store epoch) leaves that file alone without encoding a new one.
+        self.idx_file: tuple[int, int, int] | None = None
         self.nrecords = 0
         self.nlive = 0
         self.min_seq = 0

@@ -72,6 +72,8 @@ class _Meta(msgspec.Struct):
 
 LOAD_PARALLEL = 3
 """Streams opened at once on start."""
+CLOSE_PARALLEL = 8
+"""Streams closed at once on stop."""
 
 
 class StreamManager:
@@ -148,11 +150,18 @@ class StreamManager:
         for name in list(self.streams):
             self._unsubscribe(name)
         streams, self.streams = list(self.streams.values()), {}
-        for s in streams:
-            try:
-                await s.close()
-            except StorageError as e:
-                log.error("stream %s: close failed: %s", s.name, e)
+        # Several at a time: a close is mostly waits (the flusher's last sync, thread hops
+        # for index files and fds), and one after another 100 streams took 0.7 s to stop.
+        gate = asyncio.Semaphore(CLOSE_PARALLEL)
+
+        async def one(s: Stream) -> None:
+            async with gate:
+                try:
+                    await s.close()
+                except StorageError as e:
+                    log.error("stream %s: close failed: %s", s.name, e)
+
+        await asyncio.gather(*(one(s) for s in streams))
 
     # ---- catalog operations ---------------------------------------------------------------
 

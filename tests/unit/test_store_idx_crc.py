@@ -230,3 +230,57 @@ async def test_a_writer_found_intact_is_not_read_back_and_an_unchanged_index_is_
         check_store(store, model)
     finally:
         await store.close()
+
+
+async def test_a_close_encodes_the_writers_index_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store closed with its writer segment as the index file found at open described it
+    does not even build the index (no column copies, no thread): only a change, an index of
+    an older format, or a new epoch make it encode one."""
+    from jetlog.log import filestore
+
+    model = await _filled(tmp_path)
+    built: list[int] = []
+    real = filestore.idx_snapshot
+
+    def counting(store: object, seg: object) -> object:
+        built.append(1)
+        return real(store, seg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(filestore, "idx_snapshot", counting)
+    writer = _logs(tmp_path)[-1]
+    idx_path = writer[:-4] + ".idx"
+    for _ in range(2):
+        store = await _open(tmp_path)
+        await store.close()
+    assert built == []
+    # A change: the index is built and describes the new bytes.
+    store = await _open(tmp_path)
+    try:
+        await _fill(store, model, 2)
+        await store.flush()
+    finally:
+        await store.close()
+    assert len(built) == 1
+    d = _idx_of(writer)
+    assert d is not None and d.covered == len(_read(writer)) and d.size_sums is not None
+    # An index of the previous format is upgraded by the next close.
+    _write(idx_path, _as_version(_read(idx_path), 3))
+    store = await _open(tmp_path)
+    await store.close()
+    assert len(built) == 2 and IDX.unpack_from(_read(idx_path), 0)[2] == 4
+    # A new epoch (a cluster leader's) is recorded even without new messages.
+    store = await _open(tmp_path)
+    await store.begin_epoch(store.epoch + 1)
+    epoch = store.epoch
+    await store.close()
+    assert len(built) == 3
+    d = _idx_of(writer)
+    assert d is not None and d.epoch == epoch
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.rebuilt_indexes == 0 and store.epoch == epoch
+        check_store(store, model)
+    finally:
+        await store.close()
