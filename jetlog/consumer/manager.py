@@ -158,7 +158,9 @@ class ConsumerSet:
             t.cancel()
         if self.clog is not None:
             with contextlib.suppress(JetlogError):
-                if not deleted:
+                # A log that did not change since it was opened (or last compacted) is left as
+                # it is, unless it grew large: most streams on a stop.
+                if not deleted and (not self.clog.unchanged() or self.clog.wants_compaction()):
                     await self.compact()
             await self.clog.close()
 

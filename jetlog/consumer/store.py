@@ -236,6 +236,7 @@ class ConsumerLog:
         # bounded feed of the latest ones for followers, and a barrier ``sync`` also waits for
         # (every in-sync follower holds the records durably).
         self.appended = 0
+        self._imaged = 0  # ``appended`` when the file was last rewritten as an image (or opened)
         self._feed: deque[bytes] | None = None
         self._feed_bytes = 0
         self.on_append: Callable[[], None] | None = None
@@ -510,6 +511,12 @@ class ConsumerLog:
         """True when the log grew large enough to be rewritten as snapshots."""
         return self._size > COMPACT_BYTES
 
+    def unchanged(self) -> bool:
+        """Nothing was appended since the log was opened or last rewritten as an image: a
+        rewrite at close would write the same state again (three fsyncs and a rename per
+        stream on every stop)."""
+        return self.appended == self._imaged
+
     async def compact(self, snapshot: Callable[[], list[ConsumerTuple]]) -> None:
         """Rewrite the log as one CREATE + STATE per live consumer (atomic rename).
 
@@ -545,6 +552,8 @@ class ConsumerLog:
                 self._flush()
             self._rewriting = True
             try:
+                # Records appended from here on are held and go after the image: not in it.
+                self._imaged = self.appended
                 data = await image()
                 job = asyncio.ensure_future(asyncio.to_thread(_replace_file, self.path, data))
                 try:

@@ -68,3 +68,47 @@ async def test_double_acked_never_redelivered_unacked_always(tmp_path) -> None: 
         finally:
             await nc.close()
             await node.terminate()
+
+
+async def test_a_stop_rewrites_consumer_state_only_when_it_changed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A clean stop compacts a stream's consumer-state log if consumers changed since it was
+    opened; a stop with nothing new leaves the file as it is (same inode), and the state a
+    later start recovers is right either way."""
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, str(tmp_path / "data"))
+        clog = tmp_path / "data" / "streams" / "CS" / "consumers" / "consumers.log"
+        url = await node.start()
+        nc = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            js = nc.jetstream(timeout=3)
+            await js.add_stream(name="CS", subjects=["cs.*"])
+            for i in range(10):
+                await js.publish(f"cs.{i % 2}", str(i).encode())
+            await js.add_consumer("CS", ConsumerConfig(durable_name="w", ack_policy=AckPolicy.EXPLICIT))
+            psub = await js.pull_subscribe_bind("w", "CS")
+            for m in await _drain(psub, 4):
+                await m.ack_sync()
+            assert await node.terminate() == 0
+            first = clog.stat()
+            await node.start()
+            assert await node.terminate() == 0  # nothing changed: the file is left alone
+            again = clog.stat()
+            assert (again.st_ino, again.st_size, again.st_mtime_ns) == (
+                first.st_ino,
+                first.st_size,
+                first.st_mtime_ns,
+            )
+            await node.start()
+            psub = await js.pull_subscribe_bind("w", "CS")
+            msgs = await _drain(psub, 6)
+            assert [m.metadata.sequence.stream for m in msgs] == list(range(5, 11))
+            for m in msgs[:2]:
+                await m.ack_sync()
+            assert await node.terminate() == 0  # two acks: compacted into a new file
+            assert clog.stat().st_ino != first.st_ino
+            await node.start()
+            info = await js.consumer_info("CS", "w")
+            assert info.ack_floor.stream_seq == 6 and info.num_ack_pending == 4
+        finally:
+            await nc.close()
+            await node.terminate()

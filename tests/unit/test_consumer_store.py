@@ -167,6 +167,34 @@ async def test_records_written_during_compaction_survive(tmp_path) -> None:  # t
         await lg.close()
 
 
+async def test_unchanged_tells_whether_anything_was_appended_since_the_last_image(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What a stream's close asks before rewriting the log: nothing new since it was opened
+    or rewritten as an image, also when records arrive while the rewrite runs."""
+    lg = await ConsumerLog.open(str(tmp_path))
+    assert lg.unchanged()
+    cid = lg.create("d", ACK_EXPLICIT, b"{}", 0)
+    st = ConsumerState(ACK_EXPLICIT)
+    _drive(lg, cid, st)
+    assert not lg.unchanged()
+    await lg.compact(lambda: [(cid, "d", b"{}", 0, copy.deepcopy(st), 0)])
+    assert lg.unchanged()
+    image = [(cid, "d", b"{}", 0, copy.deepcopy(st), 0)]
+    task = asyncio.create_task(lg.compact(lambda: image))
+    await asyncio.sleep(0)  # the rewrite is running in its thread
+    d = st.pending[6].dseq
+    st.ack(6, d, 0)
+    lg.ack(cid, 6, d)  # held, then written after the image
+    await task
+    assert not lg.unchanged()
+    await lg.close()
+    lg2 = await ConsumerLog.open(str(tmp_path))
+    try:
+        assert lg2.unchanged()
+        _same(lg2.recovered["d"].state, st)
+    finally:
+        await lg2.close()
+
+
 def test_hot_records_are_the_generic_encoding() -> None:
     """``deliver`` and ``ack`` pack their records in one call; the bytes are ``_record``'s
     (the layout recovery reads: crc, length, type, payload)."""
