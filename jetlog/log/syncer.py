@@ -157,12 +157,16 @@ class _Handle:
     """A registered fd. ``fd`` is our duplicate: closed once forgotten *and* idle, so a running
     sync (thread fallback) never touches a closed or reused fd number."""
 
-    __slots__ = ("fd", "forgotten", "inflight", "path")
+    __slots__ = ("fd", "forgotten", "inflight", "path", "sent")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.inflight = 0
         self.forgotten = False
+        # Passed to the running helper yet: an fd goes over (SCM_RIGHTS) with its first
+        # request, not at registration. A restart opens a store's writer, its directory and
+        # its consumer log for every stream, and most are not written before they close.
+        self.sent = False
         self.path: str | None = None  # test-only sync ledger (syncledger.py); None when off
 
 
@@ -254,8 +258,6 @@ class Syncer:
         if LEDGER is not None and (path := LEDGER.path_of(fd)) is not None:
             h.path = path
             LEDGER.note("R", os.fstat(fd).st_size, path)
-        if self._helper is not None:
-            self._helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
         return handle
 
     def forget(self, handle: int) -> None:
@@ -263,7 +265,7 @@ class Syncer:
         if h is None:
             return
         h.forgotten = True
-        if self._helper is not None:
+        if self._helper is not None and h.sent:
             self._helper.send(wire.REQ.pack(wire.OP_FORGET, handle, 0))
         if not h.inflight:
             os.close(h.fd)
@@ -352,6 +354,9 @@ class Syncer:
         else:
             self._pending[req.rid] = req
             if self._helper is not None:
+                if not h.sent:
+                    h.sent = True
+                    self._helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
                 self._helper.send(wire.REQ.pack(op, handle, req.rid))
             # else: restarting; ``_connect`` sends every pending request
         return req.fut
@@ -388,12 +393,15 @@ class Syncer:
             self._failed(f"cannot start: {exc}")
 
     def _connect(self) -> None:
-        """Start a helper, register every live handle, send every unanswered request."""
+        """Start a helper, register every handle a helper had or a waiting request names,
+        send every unanswered request."""
         helper = HelperProcess(self, helper_command)  # looked up now: tests replace it
         self._helper = helper
         self._state = _HELPER
         for handle, h in self._handles.items():
-            helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
+            if h.sent or h.inflight:
+                h.sent = True
+                helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
         err, count = self._inject
         if count:
             helper.send(wire.REQ.pack(wire.OP_INJECT, 0, count << 32 | err))

@@ -73,7 +73,8 @@ class Stream(StreamRuns):
         self.domain = domain
         self.policy = StreamPolicy.of(config)
         self.dedup = DedupWindow(config.duplicate_window or 0)
-        self.last_msg_id = ""
+        self._last_msg_id = ""
+        self._last_msg_id_at = 0  # > 0: ``last_msg_id`` is that stored message's, not read yet
         self.closed = False
         self.stats = StreamStats()
         self.failed: JetlogError | None = None
@@ -156,6 +157,20 @@ class Stream(StreamRuns):
         if seal is not None:
             seal()  # the writer's open batch becomes a batch of the log (truncated if it diverged)
 
+    @property
+    def last_msg_id(self) -> str:
+        """The ``Nats-Msg-Id`` of the last message published (``""``: none)."""
+        at = self._last_msg_id_at
+        if at:
+            self._last_msg_id_at = 0
+            last = self.store.load(at)
+            self._last_msg_id = (H.get(last.hdr, H.MSG_ID) or "") if last is not None else ""
+        return self._last_msg_id
+
+    @last_msg_id.setter
+    def last_msg_id(self, value: str) -> None:
+        self._last_msg_id, self._last_msg_id_at = value, 0
+
     def _rebuild_derived(self) -> None:
         st = self.store.state()
         self._last_ts = st.last_ts
@@ -169,9 +184,9 @@ class Stream(StreamRuns):
             if self.dedup.rebuilding:
                 self._dedup_task = asyncio.create_task(warm_up(lambda: self.dedup), name=f"dedup:{self.name}")
                 self._dedup_task.add_done_callback(_log_task_failure)
-        last = self.store.load(st.last_seq) if st.last_seq else None
-        if last is not None:
-            self.last_msg_id = H.get(last.hdr, H.MSG_ID) or ""
+        # The id of the last message is read when a publish first asks for it
+        # (``Nats-Expected-Last-Msg-Id``): a restart need not read one message per stream.
+        self._last_msg_id, self._last_msg_id_at = "", st.last_seq
         self._ttl_heap.clear()
         for seq, expires in self.store.ttl_entries():
             heapq.heappush(self._ttl_heap, (expires, seq))

@@ -212,6 +212,44 @@ async def test_fd_identity_survives_rename_over_and_restart(tmp_path: Path) -> N
         await s.release()
 
 
+async def test_an_fd_goes_to_the_helper_with_its_first_request(tmp_path: Path) -> None:
+    """Registration is local: the helper gets a file's fd with the first sync asked for it
+    (most files a restart opens are never synced before they close), also across a restart
+    that happens before that first request, and a handle never sent is forgotten locally."""
+    s = acquire_syncer()
+    fa, fb = tmp_path / "a.log", tmp_path / "b.log"
+    a = os.open(fa, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+    b = os.open(fb, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+    try:
+        ha, hb = s.register(a), s.register(b)
+        pid = await _running(s)
+        await asyncio.sleep(0.05)  # anything sent at registration would have arrived by now
+        assert _ino(a) not in _helper_inodes(pid) and _ino(b) not in _helper_inodes(pid)
+        os.write(a, b"x")
+        await s.fdatasync(ha)
+        assert _ino(a) in _helper_inodes(pid) and _ino(b) not in _helper_inodes(pid)
+        # A restart re-registers what the helper had; ``b`` still goes with its first request.
+        os.kill(pid, signal.SIGKILL)
+        await _until(lambda: s.pid not in (None, pid))
+        pid2 = s.pid
+        assert pid2 is not None
+        await s.fdatasync(ha)
+        assert _ino(a) in _helper_inodes(pid2) and _ino(b) not in _helper_inodes(pid2)
+        os.write(b, b"y")
+        await s.fsync(hb)
+        assert _ino(b) in _helper_inodes(pid2)
+        s.forget(ha)
+        s.forget(hb)
+        hc = s.register(a)
+        s.forget(hc)  # never sent: nothing to tell the helper
+        await s.fdatasync(s.register(b))
+        assert s.stats["errors"] == 0
+    finally:
+        os.close(a)
+        os.close(b)
+        await s.release()
+
+
 async def test_fd_number_reuse_cannot_redirect_a_sync(tmp_path: Path) -> None:
     s = acquire_syncer()
     fd = os.open(tmp_path / "first", os.O_RDWR | os.O_CREAT)
