@@ -1,7 +1,7 @@
 """Index columns that may be views of a mapped index file.
 
 An index's per-message columns are ``array``s, or, for entries recovered from an index file,
-read-only ``memoryview``s of its mapping (``segment.map_idx``): they index, slice, bisect,
+read-only ``memoryview``s of its mapping (``idxfile.map_idx``): they index, slice, bisect,
 compress and sum alike, but cannot grow and ``array.extend`` takes them an element at a time.
 These two helpers are what code that copies or grows columns uses.
 """

@@ -43,12 +43,12 @@ import zstandard
 from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError
+from jetlog.log.idxfile import encode_idx
 from jetlog.log.positions import NULL_LAST
 from jetlog.log.segment import (
     COMPRESSED,
     SegmentData,
     SegmentIO,
-    encode_idx,
     file_msg_size,
     idx_name,
     read_file,

@@ -75,7 +75,7 @@ class Block:
 
     def own(self) -> None:
         """Make the columns arrays (copies of views of a mapped index file, see
-        ``segment.map_idx``): for the block that appends may still go to."""
+        ``idxfile.map_idx``): for the block that appends may still go to."""
         own_columns(
             self, (("seqs", "Q"), ("ts", "q"), ("sid", "I"), ("size", "I"), ("pos", "I"), ("aux", "I"))
         )

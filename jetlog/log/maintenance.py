@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jetlog.errors import StorageError
+from jetlog.log.idxfile import checked_content_crc, encode_idx
 from jetlog.log.recovery import write_idx_file
-from jetlog.log.segment import checked_content_crc, encode_idx, seg_table
+from jetlog.log.segment import seg_table
 
 if TYPE_CHECKING:
     from jetlog.log.compaction import Rewritten

@@ -2,7 +2,7 @@
 
 ``mmap.mmap`` keeps a duplicate of the descriptor it maps for as long as the mapping lives
 (before Python 3.13, which adds ``trackfd=False``). Index files stay mapped while their
-entries are in memory (``segment.map_idx``): one descriptor per sealed segment would count
+entries are in memory (``idxfile.map_idx``): one descriptor per sealed segment would count
 against the open-files limit for the life of the process. Here the file is mapped with
 ``mmap(2)`` through ctypes, its descriptor closed at once, and the mapping is undone when the
 last view of it is released (a finalizer on the object the views export from).

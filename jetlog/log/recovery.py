@@ -41,20 +41,18 @@ import zstandard
 from crc32c import crc32c
 
 from jetlog.errors import StorageError
+from jetlog.log.idxfile import encode_idx, map_idx, verify_idx
 from jetlog.log.index import Index
 from jetlog.log.positions import NULL_LAST, is_null
 from jetlog.log.segment import (
     Segment,
     SegmentData,
     SegmentIO,
-    encode_idx,
     idx_name,
-    map_idx,
     mapped_crc,
     read_file,
     seg_name,
     seg_table,
-    verify_idx,
 )
 from jetlog.wire import records as rc
 

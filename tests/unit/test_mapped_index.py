@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from jetlog.log import idxfile as idxfile_mod
 from jetlog.log import index as index_mod
-from jetlog.log import segment as segment_mod
 from jetlog.log.columns import extend_col, owned
 from jetlog.log.filestore import FileStore
+from jetlog.log.idxfile import decode_idx, map_idx
 from jetlog.log.mapfile import map_file
-from jetlog.log.segment import decode_idx, map_idx
 from tests.unit.test_store_file import _logs, _open, _read
 from tests.unit.test_store_model import Model, check_store
 
@@ -175,7 +175,7 @@ async def test_blocks_take_their_byte_counts_from_the_index_files_sums(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Index files written here carry one size sum per block (16 records, as the blocks).
-    monkeypatch.setattr(segment_mod, "SUM_CHUNK", 16)
+    monkeypatch.setattr(idxfile_mod, "SUM_CHUNK", 16)
     model = Model()
     await _filled(tmp_path, 400, model)  # one subject: its table has one name
     summed: list[int] = []

@@ -14,7 +14,7 @@ from crc32c import crc32c
 
 from jetlog.log import FileStore
 from jetlog.log import segment as segmod
-from jetlog.log.segment import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, IDX_SUMS, SUM_CHUNK, decode_idx
+from jetlog.log.idxfile import IDX, IDX_CONTENT, IDX_HAS_CONTENT_CRC, IDX_SUMS, SUM_CHUNK, decode_idx
 from jetlog.wire import records as rc
 from tests.unit.test_store_file import _fill, _logs, _open, _read, _write
 from tests.unit.test_store_model import Model, check_store
