@@ -250,10 +250,22 @@ class ConsumerLog:
         path = os.path.join(directory, LOG_NAME)
 
         def _load() -> tuple[int, bytes]:
-            os.makedirs(directory, exist_ok=True)
+            # A new directory or file is durable only once the directory holding its entry is
+            # synced (the log's own fdatasyncs do not cover that): a consumer acknowledged as
+            # created must not vanish with its file after a power loss.
+            if not os.path.isdir(directory):
+                os.makedirs(directory, exist_ok=True)
+                fsync_dir(os.path.dirname(os.path.abspath(directory)))
+            new = not os.path.exists(path)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
-            with open(path, "rb") as f:
-                return fd, f.read()
+            try:
+                if new:
+                    fsync_dir(directory)
+                with open(path, "rb") as f:
+                    return fd, f.read()
+            except BaseException:
+                os.close(fd)
+                raise
 
         try:
             fd, data = await asyncio.to_thread(_load)

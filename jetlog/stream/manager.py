@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import msgspec
 
 from jetlog.errors import JetlogError, StorageError
-from jetlog.fsutil import write_atomic
+from jetlog.fsutil import fsync_dir, write_atomic
 from jetlog.log.store import MsgStore
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
 from jetlog.wire.subjects import collide
@@ -192,12 +192,14 @@ class StreamManager:
         """Create a new stream from a validated config (the caller checked name/overlap)."""
         async with self._lock:
             created = time.time_ns()
-            sdir = os.path.join(self.root, config.name)
-            if await asyncio.to_thread(os.path.exists, sdir):
-                # Leftovers of a stream deleted while its files were busy: start clean.
-                await asyncio.to_thread(shutil.rmtree, sdir, True)
-            await asyncio.to_thread(os.makedirs, sdir, exist_ok=True)
-            await self._write_meta(config, created)
+            await asyncio.to_thread(
+                make_stream_dir,
+                self.root,
+                config.name,
+                self._meta(config, created),
+                fresh=True,
+                files=config.storage != "memory",
+            )
             stream = await self._open(config, created)
             self.streams[config.name] = stream
             self._subscribe(stream)
@@ -247,10 +249,9 @@ class StreamManager:
             existing = self.streams.get(config.name)
             if existing is not None:
                 return existing, True
-            sdir = os.path.join(self.root, config.name)
-            had = await asyncio.to_thread(os.path.isfile, os.path.join(sdir, "stream.json"))
-            await asyncio.to_thread(os.makedirs, sdir, exist_ok=True)
-            await self._write_meta(config, created)
+            had = await asyncio.to_thread(
+                make_stream_dir, self.root, config.name, self._meta(config, created), fresh=False
+            )
             store = await self._open_store(config, replicated=True)
             stream = Stream(config, store, created, self.out, domain=self.domain)
             await stream.start(role, None)
@@ -301,10 +302,12 @@ class StreamManager:
 
     # ---- internals ------------------------------------------------------------------------
 
+    def _meta(self, config: Any, created: int) -> bytes:
+        return msgspec.json.encode({"config": msgspec.Raw(self.encode_config(config)), "created": created})
+
     async def _write_meta(self, config: Any, created: int) -> None:
-        body = msgspec.json.encode({"config": msgspec.Raw(self.encode_config(config)), "created": created})
         path = os.path.join(self.root, config.name, "stream.json")
-        await asyncio.to_thread(write_atomic, path, body)
+        await asyncio.to_thread(write_atomic, path, self._meta(config, created))
 
     async def _open(self, config: Any, created: int) -> Stream:
         store = await self._open_store(config)
@@ -350,6 +353,29 @@ class StreamManager:
                 self.capture.unsubscribe(h)
             except JetlogError as e:
                 log.warning("stream %s: unsubscribe failed: %s", name, e)
+
+
+def make_stream_dir(root: str, name: str, meta: bytes, *, fresh: bool, files: bool = False) -> bool:
+    """Lay out a stream's directory durably in one go (blocking; a thread): with ``files`` (a
+    file stream's leader) ``log/`` and ``consumers/``, then ``stream.json``, whose directory
+    fsync also makes the subdirectories' entries durable, then the parent's fsync for the
+    stream directory's own entry when it is new (on ext4 without a journal, as on this host,
+    nothing else would). One thread hop instead of four. ``fresh``: remove leftovers of a
+    stream deleted while its files were busy. Returns whether ``stream.json`` was there."""
+    sdir = os.path.join(root, name)
+    had = os.path.isfile(os.path.join(sdir, "stream.json"))
+    if fresh and os.path.exists(sdir):
+        shutil.rmtree(sdir, True)
+        had = False
+    new = not os.path.isdir(sdir)
+    os.makedirs(sdir, exist_ok=True)
+    if files:
+        os.makedirs(os.path.join(sdir, "log"), exist_ok=True)
+        os.makedirs(os.path.join(sdir, "consumers"), exist_ok=True)
+    write_atomic(os.path.join(sdir, "stream.json"), meta)
+    if new:
+        fsync_dir(root)
+    return had
 
 
 def _read(path: str) -> bytes:
