@@ -537,9 +537,10 @@ class Index:
         touch any counter. ``sums``: ``(chunk, per-chunk sums of size)`` from an index file
         (``SegmentData.size_sums``), used when chunks are blocks and every entry is live."""
         chunk, per = sums
-        if chunk != BLOCK_MAX or live.count(0):
+        dead = live.count(0)
+        if chunk != BLOCK_MAX or dead:
             per = None
-        if not keep_dead and live.count(0):
+        if not keep_dead and dead:
             seqs = array("Q", compress(seqs, live))
             ts = array("q", compress(ts, live))
             sid = array("I", compress(sid, live))
