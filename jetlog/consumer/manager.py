@@ -200,7 +200,7 @@ class ConsumerSet:
     def image(self) -> tuple[bytes, int]:
         """The compacted state log of every durable consumer, and the number of records the
         log had when it was taken (a follower continues from there)."""
-        from jetlog.consumer.store import encode_image
+        from jetlog.consumer.records import encode_image
 
         assert self.clog is not None
         return encode_image(self._durable_states()), self.clog.appended

@@ -1,26 +1,6 @@
 """Durable consumer state: one append-only log per stream, replayed through ``ConsumerState``.
 
-Records (little-endian; each ``u32 crc32c | u32 length | u8 type | payload``, the CRC covering
-length, type and payload):
-
-=====  =========  ============================================================================
-type   name       payload
-=====  =========  ============================================================================
-1      CREATE     u32 cid, u8 ack policy, i64 created, u16 name length, name, config JSON
-2      UPDATE     u32 cid, config JSON
-3      DELETE     u32 cid
-4      START      u32 cid, u64 first stream seq to consider
-5      DELIVER    u32 cid, u64 stream seq, i64 time (the consumer sequence is implied)
-6      ACK        u32 cid, u64 stream seq, u64 consumer seq (from the ack subject)
-7      DROP       u32 cid, u64 stream seq (reached max_deliver)
-8      FORGET     u32 cid, u64 stream seq (left the stream)
-9      PURGE      u32 cid, u64 seq (stream purged below seq)
-10     PAUSE      u32 cid, i64 pause until (0 = not paused)
-11     STATE      u32 cid, snapshot of a ConsumerState (compaction)
-=====  =========  ============================================================================
-
-Replaying a record calls the same ``ConsumerState`` method the live consumer called, so the
-recovered state is exactly what was persisted. Deliveries and acks are appended on the loop
+The record format and its replay are ``records``'s. Deliveries and acks are appended on the loop
 (page cache) and made durable in groups: at once when someone waits (an ack with a reply
 subject — "double ack" — is answered only after its record is fsynced), else within
 ``sync_interval``. A crash therefore loses at most the last interval of plain acks and
@@ -37,15 +17,40 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-from jetlog.consumer.state import ConsumerState, Pending
+from jetlog.consumer.records import (
+    ACK,
+    ACK_TAIL,
+    CID,
+    CID_SEQ,
+    CID_SEQ_SEQ,
+    CID_SEQ_TS,
+    CID_TS,
+    CREATE,
+    CREATE_HEAD,
+    DELETE,
+    DELIVER,
+    DELIVER_TAIL,
+    DROP,
+    FORGET,
+    PAUSE,
+    POLICIES,
+    PURGE,
+    START,
+    U32,
+    UPDATE,
+    ConsumerTuple,
+    Recovered,
+    encode_image,
+    record,
+    replay,
+    replayed,
+)
 from jetlog.errors import StorageError
 from jetlog.fsutil import fsync_dir
 
@@ -54,153 +59,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlog.consumer.store")
 
-ConsumerTuple = tuple[int, str, bytes, int, ConsumerState, int]
-"""One durable consumer in a compacted image: (cid, name, config, created, state, pause_until)."""
-
-CREATE, UPDATE, DELETE, START, DELIVER, ACK, DROP, FORGET, PURGE, PAUSE, STATE = range(1, 12)
-_POLICIES = ("none", "all", "explicit")
-
-_HDR = struct.Struct("<IIB")  # crc, length (of type + payload), type
-_CID = struct.Struct("<I")
-_CID_SEQ = struct.Struct("<IQ")
-_CID_SEQ_TS = struct.Struct("<IQq")
-_CID_SEQ_SEQ = struct.Struct("<IQQ")
-_CID_TS = struct.Struct("<Iq")
-_CREATE = struct.Struct("<IBqH")
-_SNAP = struct.Struct("<IQQQQqqII")
-_PEND = struct.Struct("<QQq")
-_REDEL = struct.Struct("<QI")
-
 LOG_NAME = "consumers.log"
 COMPACT_BYTES = 16 * 1024 * 1024
 FEED_BYTES = 4 * 1024 * 1024
-
-
-@dataclass
-class Recovered:
-    """A consumer as the log describes it."""
-
-    cid: int
-    name: str
-    config: bytes
-    created: int
-    state: ConsumerState
-    pause_until: int = 0
-    deleted: bool = False
-
-
-@dataclass
-class _Replay:
-    consumers: dict[int, Recovered] = field(default_factory=dict)
-    next_cid: int = 1
-
-
-_U32 = struct.Struct("<I")
-_LEN_TYPE = struct.Struct("<IB")
-# The two records written per delivered and acknowledged message, packed in one call each
-# (length, type and payload: what ``_record`` builds from the parts).
-_DELIVER_TAIL = struct.Struct("<IBIQq")
-_ACK_TAIL = struct.Struct("<IBIQQ")
-
-
-def _record(rtype: int, payload: bytes) -> bytes:
-    tail = _LEN_TYPE.pack(len(payload) + 1, rtype) + payload
-    return _U32.pack(crc32c(tail)) + tail
-
-
-def encode_snapshot(cid: int, st: ConsumerState, pause_until: int) -> bytes:
-    """STATE record payload for ``st``."""
-    parts = [
-        _SNAP.pack(
-            cid,
-            st.dseq,
-            st.sseq,
-            st.floor_dseq,
-            st.floor_sseq,
-            st.last_delivered_ts,
-            pause_until,
-            len(st.pending),
-            len(st.redelivered),
-        )
-    ]
-    parts.extend(_PEND.pack(s, p.dseq, p.ts) for s, p in sorted(st.pending.items()))
-    parts.extend(_REDEL.pack(s, n) for s, n in sorted(st.redelivered.items()))
-    return b"".join(parts)
-
-
-def _apply(rp: _Replay, rtype: int, p: bytes | memoryview) -> None:
-    if rtype == CREATE:
-        cid, pol, created, nlen = _CREATE.unpack_from(p)
-        off = _CREATE.size
-        name = bytes(p[off : off + nlen]).decode()
-        cfg = bytes(p[off + nlen :])
-        policy = _POLICIES[pol] if pol < len(_POLICIES) else "explicit"
-        rp.consumers[cid] = Recovered(cid, name, cfg, created, ConsumerState(policy))
-        rp.next_cid = max(rp.next_cid, cid + 1)
-        return
-    (cid,) = _CID.unpack_from(p)
-    c = rp.consumers.get(cid)
-    if c is None:
-        return  # a record of a consumer whose CREATE was compacted away with its DELETE
-    st = c.state
-    if rtype == DELIVER:
-        _, sseq, ts = _CID_SEQ_TS.unpack_from(p)
-        st.deliver(sseq, ts)
-    elif rtype == ACK:
-        _, sseq, dseq = _CID_SEQ_SEQ.unpack_from(p)
-        st.ack(sseq, dseq, 0)
-    elif rtype == UPDATE:
-        c.config = bytes(p[_CID.size :])
-    elif rtype == DELETE:
-        c.deleted = True
-        del rp.consumers[cid]
-    elif rtype == START:
-        st.start_at(_CID_SEQ.unpack_from(p)[1])
-    elif rtype == DROP:
-        st.drop_max_delivered(_CID_SEQ.unpack_from(p)[1])
-    elif rtype == FORGET:
-        st.forget(_CID_SEQ.unpack_from(p)[1])
-    elif rtype == PURGE:
-        st.purge_below(_CID_SEQ.unpack_from(p)[1])
-    elif rtype == PAUSE:
-        c.pause_until = _CID_TS.unpack_from(p)[1]
-    elif rtype == STATE:
-        (_, dseq, sseq, fd, fs, lts, pause, npend, nredel) = _SNAP.unpack_from(p)
-        fresh = ConsumerState(st.ack_policy, dseq, sseq, fd, fs, last_delivered_ts=lts)
-        off = _SNAP.size
-        for _ in range(npend):
-            s, d, ts = _PEND.unpack_from(p, off)
-            off += _PEND.size
-            fresh.pending[s] = Pending(d, ts)
-            fresh._order.append(s)
-        for _ in range(nredel):
-            s, n = _REDEL.unpack_from(p, off)
-            off += _REDEL.size
-            fresh.redelivered[s] = n
-        c.state = fresh
-        c.pause_until = pause
-
-
-def replay(data: bytes) -> tuple[_Replay, int, bool]:
-    """Apply every whole record of ``data``; return (result, bytes of valid prefix, corrupt)."""
-    rp = _Replay()
-    off, n = 0, len(data)
-    mv = memoryview(data)
-    while off + _HDR.size <= n:
-        crc, length, rtype = _HDR.unpack_from(data, off)
-        end = off + 8 + length
-        if length < 1 or end > n:
-            # Incomplete record at the end: a torn tail.
-            return rp, off, False
-        if crc32c(mv[off + 4 : end]) != crc:
-            # Garbage at the very end is a torn tail; a bad record followed by more data is not.
-            return rp, off, end < n
-        try:
-            _apply(rp, rtype, mv[off + 9 : end])
-        except (struct.error, UnicodeDecodeError, IndexError):
-            return rp, off, True
-        off = end
-    return rp, off, off != n and n - off >= _HDR.size
 
 
 class ConsumerLog:
@@ -288,7 +149,7 @@ class ConsumerLog:
             # Rewrite from what was read: a clean file without the torn/corrupt tail.
             if corrupt:
                 await asyncio.to_thread(_copy_aside, path, data)
-            await self.compact(lambda: _replayed(rp))
+            await self.compact(lambda: replayed(rp))
         else:
             self._size = len(data)
         self._task = asyncio.get_running_loop().create_task(self._syncer_loop(), name=f"consumer-log:{path}")
@@ -342,22 +203,22 @@ class ConsumerLog:
         cid = self._next_cid
         self._next_cid += 1
         nb = name.encode()
-        pol = _POLICIES.index(ack_policy) if ack_policy in _POLICIES else 2
-        self._append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + config))
+        pol = POLICIES.index(ack_policy) if ack_policy in POLICIES else 2
+        self._append(record(CREATE, CREATE_HEAD.pack(cid, pol, created, len(nb)) + nb + config))
         return cid
 
     def update(self, cid: int, config: bytes) -> None:
-        self._append(_record(UPDATE, _CID.pack(cid) + config))
+        self._append(record(UPDATE, CID.pack(cid) + config))
 
     def delete(self, cid: int) -> None:
-        self._append(_record(DELETE, _CID.pack(cid)))
+        self._append(record(DELETE, CID.pack(cid)))
 
     def start(self, cid: int, sseq: int) -> None:
-        self._append(_record(START, _CID_SEQ.pack(cid, sseq)))
+        self._append(record(START, CID_SEQ.pack(cid, sseq)))
 
     def deliver(self, cid: int, sseq: int, ts: int) -> None:
-        tail = _DELIVER_TAIL.pack(1 + _CID_SEQ_TS.size, DELIVER, cid, sseq, ts)
-        self._append(_U32.pack(crc32c(tail)) + tail)
+        tail = DELIVER_TAIL.pack(1 + CID_SEQ_TS.size, DELIVER, cid, sseq, ts)
+        self._append(U32.pack(crc32c(tail)) + tail)
 
     def deliver_many(self, cid: int, sseqs: list[int], ts: int) -> None:
         """``deliver`` for each of ``sseqs`` (in order) at ``ts``: one delivery pass. The same
@@ -365,7 +226,7 @@ class ConsumerLog:
         messages, and the bookkeeping of ``_append`` per record (the feed, the followers'
         wake-up, the flush check) cost ~5 % of push's rate. Not a new record type: followers
         of another version (a rolling upgrade) read and replay these records unchanged."""
-        pack, cpack, size = _DELIVER_TAIL.pack, _U32.pack, 1 + _CID_SEQ_TS.size
+        pack, cpack, size = DELIVER_TAIL.pack, U32.pack, 1 + CID_SEQ_TS.size
         recs = []
         for sseq in sseqs:
             tail = pack(size, DELIVER, cid, sseq, ts)
@@ -373,20 +234,20 @@ class ConsumerLog:
         self._append_many(recs)
 
     def ack(self, cid: int, sseq: int, dseq: int) -> None:
-        tail = _ACK_TAIL.pack(1 + _CID_SEQ_SEQ.size, ACK, cid, sseq, dseq)
-        self._append(_U32.pack(crc32c(tail)) + tail)
+        tail = ACK_TAIL.pack(1 + CID_SEQ_SEQ.size, ACK, cid, sseq, dseq)
+        self._append(U32.pack(crc32c(tail)) + tail)
 
     def drop(self, cid: int, sseq: int) -> None:
-        self._append(_record(DROP, _CID_SEQ.pack(cid, sseq)))
+        self._append(record(DROP, CID_SEQ.pack(cid, sseq)))
 
     def forget(self, cid: int, sseq: int) -> None:
-        self._append(_record(FORGET, _CID_SEQ.pack(cid, sseq)))
+        self._append(record(FORGET, CID_SEQ.pack(cid, sseq)))
 
     def purge(self, cid: int, seq: int) -> None:
-        self._append(_record(PURGE, _CID_SEQ.pack(cid, seq)))
+        self._append(record(PURGE, CID_SEQ.pack(cid, seq)))
 
     def pause(self, cid: int, until: int) -> None:
-        self._append(_record(PAUSE, _CID_TS.pack(cid, until)))
+        self._append(record(PAUSE, CID_TS.pack(cid, until)))
 
     # ---- replication -----------------------------------------------------------------------
 
@@ -548,7 +409,7 @@ class ConsumerLog:
         async def image() -> bytes:
             data = await asyncio.to_thread(_read_file, self.path)
             rp, _, _ = replay(data)
-            return encode_image(_replayed(rp))
+            return encode_image(replayed(rp))
 
         await self._rewrite(image)
 
@@ -619,21 +480,6 @@ class ConsumerLog:
             await self._syncer.release()
             self._syncer = None
         os.close(self._fd)
-
-
-def _replayed(rp: _Replay) -> list[ConsumerTuple]:
-    return [(c.cid, c.name, c.config, c.created, c.state, c.pause_until) for c in rp.consumers.values()]
-
-
-def encode_image(consumers: list[ConsumerTuple]) -> bytes:
-    """The compacted log: one CREATE + STATE record per consumer."""
-    parts = []
-    for cid, name, cfg, created, st, pause in consumers:
-        nb = name.encode()
-        pol = _POLICIES.index(st.ack_policy) if st.ack_policy in _POLICIES else 2
-        parts.append(_record(CREATE, _CREATE.pack(cid, pol, created, len(nb)) + nb + cfg))
-        parts.append(_record(STATE, encode_snapshot(cid, st, pause)))
-    return b"".join(parts)
 
 
 def _replace_file(path: str, data: bytes) -> int:

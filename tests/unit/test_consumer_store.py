@@ -202,6 +202,7 @@ def test_hot_records_are_the_generic_encoding() -> None:
 
     from crc32c import crc32c
 
+    from jetlog.consumer import records
     from jetlog.consumer import store as cs
 
     out: list[bytes] = []
@@ -209,9 +210,9 @@ def test_hot_records_are_the_generic_encoding() -> None:
     lg._append = out.append  # type: ignore[method-assign]
     for cid, a, b in [(1, 2, 3), (7, 1 << 60, -(1 << 62)), (2**32 - 1, 0, 0)]:
         lg.deliver(cid, a, b)
-        assert out[-1] == cs._record(cs.DELIVER, struct.pack("<IQq", cid, a, b))
+        assert out[-1] == records.record(records.DELIVER, struct.pack("<IQq", cid, a, b))
         lg.ack(cid, a, abs(b))
-        assert out[-1] == cs._record(cs.ACK, struct.pack("<IQQ", cid, a, abs(b)))
+        assert out[-1] == records.record(records.ACK, struct.pack("<IQQ", cid, a, abs(b)))
     rec = out[0]
     assert struct.unpack_from("<I", rec)[0] == crc32c(rec[4:])
     assert struct.unpack_from("<I", rec, 4)[0] == len(rec) - 8 and rec[8] == cs.DELIVER
