@@ -534,7 +534,7 @@ class FileStore(IndexedStore):
                     build = idx_snapshot(self, seg)
                     await asyncio.to_thread(lambda: write_idx_file(seg, self._io, build(), unless_same=True))
                 except OSError as exc:
-                    log.warning("could not write index of %s: %s", self._seg.path, exc)
+                    log.warning("could not write index of %s: %s", seg.path, exc)
         else:
             self._fl.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

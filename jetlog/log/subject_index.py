@@ -92,16 +92,11 @@ class Subjects:
             return
         arr = self.seqs[sid]
         if not arr:
-            lazy = self._lazy.get(sid)
-            if isinstance(seqs, memoryview):
-                if lazy is None:
-                    self._lazy[sid] = [seqs]
-                    self.live += 1
-                else:
-                    lazy.append(seqs)
-                return
-            if lazy is None:
+            if sid not in self._lazy:
                 self.live += 1
+            if isinstance(seqs, memoryview):
+                self._lazy.setdefault(sid, []).append(seqs)
+                return
         extend_col(arr, seqs)
 
     def add_many(self, seqs: array[int], sids: array[int]) -> None:

@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+
+import nats
 
 from jetlog.devcluster import serve_argv
 from jetlog.embedded import NatsServer
@@ -78,3 +81,17 @@ class NodeProcess:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(self._drain, 5)
             self._drain = None
+
+
+@contextlib.asynccontextmanager
+async def node_and_client(data_dir: str) -> AsyncIterator[tuple[NodeProcess, nats.NATS]]:
+    """A nats-server, one started jetlog process on ``data_dir`` and a client of it that
+    reconnects across the node's restarts; the client is closed and the node stopped after."""
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data_dir)
+        nc = await nats.connect(await node.start(), max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            yield node, nc
+        finally:
+            await nc.close()
+            await node.terminate()

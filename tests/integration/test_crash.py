@@ -12,7 +12,7 @@ import pytest
 from jetlog.embedded import NatsServer
 
 from .jsutil import api, publish_req
-from .nodeproc import NodeProcess
+from .nodeproc import NodeProcess, node_and_client
 
 
 def _message(i: int) -> tuple[str, dict[str, str] | None, bytes]:
@@ -100,40 +100,32 @@ async def test_kill_9_during_publish_flood(tmp_path) -> None:  # type: ignore[no
 async def test_expected_last_msg_id_after_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The last message id a restarted node compares ``Nats-Expected-Last-Msg-Id`` with is
     the stored last message's (read when first asked), and a publish since replaces it."""
-    async with NatsServer(leafnode=True) as srv:
-        node = NodeProcess(srv, str(tmp_path / "data"))
-        nc = await nats.connect(await node.start(), max_reconnect_attempts=-1, reconnect_time_wait=0.2)
-        try:
-            js = nc.jetstream(timeout=3)
-            await js.add_stream(name="LM", subjects=["lm.*"])
-            await js.add_stream(name="LN", subjects=["ln.*"])
-            await js.publish("lm.a", b"1", headers={"Nats-Msg-Id": "id-1"})
-            await js.publish("lm.a", b"2", headers={"Nats-Msg-Id": "id-2"})
-            await js.publish("ln.a", b"1", headers={"Nats-Msg-Id": "id-9"})
-            await js.publish("ln.a", b"2")  # the last message has no id
-            for restart in ("terminate", "kill"):
-                await (node.terminate() if restart == "terminate" else node.kill())
-                await node.start()
-                r = await publish_req(nc, "lm.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-1"})
-                assert r["error"] == {
-                    "code": 400,
-                    "err_code": 10070,
-                    "description": "wrong last msg ID: id-2",
-                }
-                r = await publish_req(nc, "ln.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-9"})
-                assert r["error"] == {"code": 400, "err_code": 10070, "description": "wrong last msg ID: "}
-            r = await publish_req(
-                nc, "lm.a", b"3", {"Nats-Expected-Last-Msg-Id": "id-2", "Nats-Msg-Id": "id-3"}
-            )
-            assert r == {"stream": "LM", "seq": 3}
-            await node.terminate()
+    async with node_and_client(str(tmp_path / "data")) as (node, nc):
+        js = nc.jetstream(timeout=3)
+        await js.add_stream(name="LM", subjects=["lm.*"])
+        await js.add_stream(name="LN", subjects=["ln.*"])
+        await js.publish("lm.a", b"1", headers={"Nats-Msg-Id": "id-1"})
+        await js.publish("lm.a", b"2", headers={"Nats-Msg-Id": "id-2"})
+        await js.publish("ln.a", b"1", headers={"Nats-Msg-Id": "id-9"})
+        await js.publish("ln.a", b"2")  # the last message has no id
+        for restart in ("terminate", "kill"):
+            await (node.terminate() if restart == "terminate" else node.kill())
             await node.start()
-            r = await publish_req(nc, "ln.a", b"y", {"Nats-Msg-Id": "id-10"})
-            assert r == {"stream": "LN", "seq": 3}
-            r = await publish_req(nc, "ln.a", b"z", {"Nats-Expected-Last-Msg-Id": "id-10"})
-            assert r == {"stream": "LN", "seq": 4}
-            r = await publish_req(nc, "lm.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-2"})
-            assert r["error"]["description"] == "wrong last msg ID: id-3"
-        finally:
-            await nc.close()
-            await node.terminate()
+            r = await publish_req(nc, "lm.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-1"})
+            assert r["error"] == {
+                "code": 400,
+                "err_code": 10070,
+                "description": "wrong last msg ID: id-2",
+            }
+            r = await publish_req(nc, "ln.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-9"})
+            assert r["error"] == {"code": 400, "err_code": 10070, "description": "wrong last msg ID: "}
+        r = await publish_req(nc, "lm.a", b"3", {"Nats-Expected-Last-Msg-Id": "id-2", "Nats-Msg-Id": "id-3"})
+        assert r == {"stream": "LM", "seq": 3}
+        await node.terminate()
+        await node.start()
+        r = await publish_req(nc, "ln.a", b"y", {"Nats-Msg-Id": "id-10"})
+        assert r == {"stream": "LN", "seq": 3}
+        r = await publish_req(nc, "ln.a", b"z", {"Nats-Expected-Last-Msg-Id": "id-10"})
+        assert r == {"stream": "LN", "seq": 4}
+        r = await publish_req(nc, "lm.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-2"})
+        assert r["error"]["description"] == "wrong last msg ID: id-3"
