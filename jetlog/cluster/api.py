@@ -23,7 +23,7 @@ from jetlog.cluster.controller import pick_leader, place
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.stream import config as C
 from jetlog.wire import headers as H
-from jetlog.wire.subjects import collide
+from jetlog.wire.subjects import SubjectOwners, collide
 
 log = logging.getLogger("jetlog.cluster.api")
 
@@ -66,6 +66,10 @@ class ClusterApi:
         self.reconciler = reconciler
         self.alive = alive
         self.request = request
+        # Subjects of the assigned streams, for the overlap check; brought up to date from the
+        # metadata before each check (``_overlaps``), decoding only configs that changed.
+        self._owners = SubjectOwners()
+        self._owner_cfg: dict[str, bytes] = {}
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -91,16 +95,24 @@ class ClusterApi:
             return msgspec.structs.replace(req, num_replicas=self.cfg.cluster.default_replicas)
         return req
 
-    def _other_subjects(self, exclude: str | None) -> list[str]:
-        out: list[str] = []
-        for name, a in self.state.streams.items():
-            if name == exclude:
-                continue
-            try:
-                out.extend(M.decode_stored_config(a.config).subjects or ())
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-        return out
+    def _overlaps(self, subjects: list[str], exclude: str | None) -> bool:
+        """True if a stream other than ``exclude`` has a subject colliding with ``subjects``.
+        The metadata holds configs as bytes: decoding all of them for every create made
+        creating N streams quadratic; only assignments whose config object changed are."""
+        streams = self.state.streams
+        seen = self._owner_cfg
+        for name in seen.keys() - streams.keys():
+            del seen[name]
+            self._owners.drop(name)
+        for name, a in streams.items():
+            if seen.get(name) is not a.config:
+                try:
+                    subs = M.decode_stored_config(a.config).subjects or []
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    subs = []  # an unreadable config claims no subjects (as before)
+                seen[name] = a.config
+                self._owners.set(name, subs)
+        return self._owners.collides(subjects, exclude)
 
     async def _propose(self, cmd: Any) -> Any:
         try:
@@ -158,8 +170,7 @@ class ClusterApi:
             if a is None:
                 if cfg.num_replicas > len(self.members):
                     raise E.CLUSTER_NO_PEERS(err="no suitable peers for placement")
-                others = self._other_subjects(None)
-                if any(collide(s, o) for s in cfg.subjects or () for o in others):
+                if self._overlaps(list(cfg.subjects or ()), None):
                     raise E.STREAM_SUBJECT_OVERLAP()
                 max_streams = self.cfg.api.max_streams
                 if max_streams > 0 and len(self.state.streams) >= max_streams:
@@ -207,8 +218,7 @@ class ClusterApi:
             if a is None or stream is None:
                 raise E.STREAM_NOT_FOUND()
             cfg = C.check_stream_update(stream.config, cfg, clustered=True)
-            others = self._other_subjects(name)
-            if any(collide(s, o) for s in cfg.subjects or () for o in others):
+            if self._overlaps(list(cfg.subjects or ()), name):
                 raise E.STREAM_SUBJECT_OVERLAP()
             replicas = None
             if cfg.num_replicas != len(a.replicas):

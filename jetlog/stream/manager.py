@@ -24,7 +24,7 @@ from jetlog.errors import JetlogError, StorageError
 from jetlog.fsutil import fsync_dir, write_atomic
 from jetlog.log.store import MsgStore
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
-from jetlog.wire.subjects import collide
+from jetlog.wire.subjects import SubjectOwners, collide
 
 log = logging.getLogger("jetlog.streams")
 
@@ -100,6 +100,9 @@ class StreamManager:
         self.domain = domain or None
         self.attach_consumers = attach_consumers
         self.streams: dict[str, Stream] = {}
+        # Every open stream's subjects, kept beside ``streams`` (each place that adds, removes
+        # or reconfigures a stream updates both) for the overlap check of a create.
+        self._owners = SubjectOwners()
         self.offline: dict[str, str] = {}
         self._subs: dict[str, list[Any]] = {}
         self._lock = asyncio.Lock()
@@ -139,7 +142,7 @@ class StreamManager:
                 # Registered in name order whatever order they finished in; a stream opened
                 # beside one that failed unexpectedly is still registered, so closing the
                 # manager closes it.
-                self.streams[res.config.name] = res
+                self._register(res)
                 self._subscribe(res)
                 log.info("stream %s loaded: %s", res.config.name, _brief(res))
         if failed is not None:
@@ -150,6 +153,7 @@ class StreamManager:
         for name in list(self.streams):
             self._unsubscribe(name)
         streams, self.streams = list(self.streams.values()), {}
+        self._owners = SubjectOwners()
         # Several at a time: a close is mostly waits (the flusher's last sync, thread hops
         # for index files and fds), and one after another 100 streams took 0.7 s to stop.
         gate = asyncio.Semaphore(CLOSE_PARALLEL)
@@ -171,13 +175,11 @@ class StreamManager:
 
     def overlaps(self, subjects: list[str], exclude: str | None = None) -> bool:
         """True if any of ``subjects`` collides with another stream's subjects."""
-        for s in self.streams.values():
-            if s.name == exclude:
-                continue
-            for a in s.config.subjects or ():
-                if any(collide(a, b) for b in subjects):
-                    return True
-        return False
+        return self._owners.collides(subjects, exclude)
+
+    def _register(self, stream: Stream) -> None:
+        self.streams[stream.name] = stream
+        self._owners.set(stream.name, stream.config.subjects or ())
 
     def names(self, subject: str | None = None) -> list[str]:
         """Stream names in byte order, optionally only streams whose subjects collide."""
@@ -201,7 +203,7 @@ class StreamManager:
                 files=config.storage != "memory",
             )
             stream = await self._open(config, created)
-            self.streams[config.name] = stream
+            self._register(stream)
             self._subscribe(stream)
             self.offline.pop(config.name, None)
             # The creator may publish as soon as it has our reply: the upstream must already
@@ -215,6 +217,7 @@ class StreamManager:
             await self._write_meta(config, stream.created)
             old_subjects = list(stream.config.subjects or ())
             stream.update_config(config)
+            self._owners.set(stream.name, config.subjects or ())
             if list(config.subjects or ()) != old_subjects:
                 self._unsubscribe(stream.name)
                 self._subscribe(stream)
@@ -226,6 +229,7 @@ class StreamManager:
             stream = self.streams.pop(name, None)
             if stream is None:
                 return False
+            self._owners.drop(name)
             self._unsubscribe(name)
             await stream.destroy()
             await asyncio.to_thread(shutil.rmtree, os.path.join(self.root, name), True)
@@ -255,7 +259,7 @@ class StreamManager:
             store = await self._open_store(config, replicated=True)
             stream = Stream(config, store, created, self.out, domain=self.domain)
             await stream.start(role, None)
-            self.streams[config.name] = stream
+            self._register(stream)
             self.offline.pop(config.name, None)
             return stream, had
 
@@ -265,6 +269,7 @@ class StreamManager:
             await self._write_meta(config, stream.created)
             old_subjects = list(stream.config.subjects or ())
             stream.update_config(config)
+            self._owners.set(stream.name, config.subjects or ())
             if list(config.subjects or ()) != old_subjects and stream.name in self._subs:
                 self._unsubscribe(stream.name)
                 self._subscribe(stream)

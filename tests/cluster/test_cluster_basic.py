@@ -7,6 +7,7 @@ import json
 
 import nats
 import pytest
+from nats.js.api import StreamConfig
 
 from jetlog.devcluster import LocalCluster
 
@@ -75,6 +76,16 @@ async def test_r1_streams_placed_anywhere(cluster: LocalCluster, upstream) -> No
         await js.delete_stream("S0")
         ai = await js.account_info()
         assert ai.streams == 5
+        # Overlap checks follow the metadata: creates, updates and deletes.
+        with pytest.raises(nats.js.errors.BadRequestError) as e:
+            await js.add_stream(name="X", subjects=["s3.x"])
+        assert e.value.err_code == 10065
+        await js.update_stream(StreamConfig(name="S1", subjects=["t1.>"]))
+        await js.add_stream(name="X", subjects=["s1.y", "s0.a"])  # S1's old subjects, S0's
+        for subject in ("t1.q", "s0.*"):
+            with pytest.raises(nats.js.errors.BadRequestError) as e:
+                await js.add_stream(name="Y", subjects=[subject])
+            assert e.value.err_code == 10065
     finally:
         await nc.close()
 

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetlog.wire.subjects import collide, matches
+from jetlog.wire.subjects import SubjectOwners, Sublist, collide, matches
 
 _LIT = ("x", "y")
 # Witnesses: every literal subject of up to 4 tokens over the filters' literals plus one other
@@ -38,3 +38,59 @@ def test_first_token_cases() -> None:
     assert collide(">", "orders.eu")
     assert not collide("orders", "orders.eu")
     assert collide("orders.*", "orders.eu")
+
+
+@given(st.lists(filters(), max_size=8), filters())
+def test_sublist_colliding_finds_exactly_the_colliding_patterns(stored: list[str], query: str) -> None:
+    sl: Sublist[int] = Sublist()
+    for i, p in enumerate(stored):
+        sl.insert(p, i)
+    got = sorted(sl.colliding(query))
+    # The walk is exact on its own (no candidate needs the pairwise confirmation).
+    assert got == [i for i, p in enumerate(stored) if collide(p, query)]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(("A", "B", "C", "D")), st.lists(filters(), max_size=3) | st.none()),
+        max_size=12,
+    ),
+    st.lists(filters(), min_size=1, max_size=3),
+    st.sampled_from(("A", "B", None)),
+)
+def test_subject_owners_matches_a_pairwise_scan(
+    ops: list[tuple[str, list[str] | None]], query: list[str], exclude: str | None
+) -> None:
+    owners = SubjectOwners()
+    model: dict[str, list[str]] = {}
+    for name, subjects in ops:  # None: the owner is dropped
+        if subjects is None:
+            owners.drop(name)
+            model.pop(name, None)
+        else:
+            owners.set(name, subjects)
+            model[name] = subjects
+    expected = any(
+        collide(a, b) for name, subs in model.items() if name != exclude for a in subs for b in query
+    )
+    assert owners.collides(query, exclude=exclude) == expected
+    assert len(owners) == len(model)
+    assert {n: owners.subjects(n) for n in model} == {n: tuple(s) for n, s in model.items()}
+
+
+def test_subject_owners_examples() -> None:
+    owners = SubjectOwners()
+    owners.set("ORDERS", ["orders.>"])
+    owners.set("EU", ["*.eu", "audit"])
+    assert owners.collides(["orders.us"])
+    assert not owners.collides(["orders.us"], exclude="ORDERS")
+    assert owners.collides(["x.eu"], exclude="ORDERS")
+    assert not owners.collides(["orders"])  # ">" needs one more token
+    assert owners.collides([">"])
+    owners.set("ORDERS", ["shipments.*"])  # an update replaces the patterns
+    assert not owners.collides(["orders.us"])
+    assert owners.collides(["shipments.>"])
+    owners.drop("EU")
+    assert not owners.collides(["x.eu", "audit"])
+    owners.drop("EU")  # unknown: nothing
+    assert len(owners) == 1
