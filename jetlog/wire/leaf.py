@@ -127,35 +127,66 @@ class LeafParser:
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse ``data`` (appended to any held-back input) and return the complete frames."""
+        if type(data) is not bytes:
+            data = bytes(data)
         chunks = self._chunks
-        if chunks:
+        if not chunks:
+            return self._rest(data, 0, [])
+        self._have += len(data)
+        if self._have < self._need:
+            # Waiting for a payload of known size: no re-scan, no join (linear for big payloads).
             chunks.append(data)
-            self._have += len(data)
-            if self._have < self._need:
-                # Waiting for a payload of known size: no re-scan, no join (linear for big payloads).
-                return []
-            if self._need == 0 and b"\n" not in data:
+            return []
+        if self._need == 0:
+            nl = data.find(b"\n")
+            if nl < 0:
                 # Waiting for the end of a control line, and this chunk does not end it.
+                chunks.append(data)
                 if self._have > self.max_control_line + 8:
                     raise ProtocolError(f"control line exceeds {self.max_control_line} bytes")
                 return []
-            buf = b"".join(chunks)
+            k = nl + 1  # the held-back control line ends in data[:k]
+        else:
+            k = len(data) - (self._have - self._need)  # the held-back frame ends at data[k]
+        # Join only what completes the held-back input, then parse the rest of ``data`` where
+        # it is. Joining the whole read copied every byte of it once more: with large messages
+        # nearly every read starts inside one, so that was a copy of everything received.
+        out: list[Event] = []
+        lo = 0
+        while True:
+            chunks.append(data[lo:k])
+            head = b"".join(chunks)
             chunks.clear()
             self._have = 0
-        else:
-            buf = bytes(data) if type(data) is not bytes else data
-        out: list[Event] = []
-        pos = self._parse(buf, out)
+            pos = self._parse(head, out)
+            if pos == len(head):
+                return self._rest(data, k, out)
+            rest = head[pos:]
+            need = self._need
+            if need == 0 or len(rest) + len(data) - k < need:
+                # Still incomplete (a frame whose payload goes on past this read, or a line
+                # not ended yet): hold it with the rest of the read, as before.
+                buf = rest + data[k:]
+                self._need = 0
+                return self._rest(buf, 0, out)
+            # The control line that ``head`` completed opens a frame that ends in this read.
+            chunks.append(rest)
+            lo, k = k, k + need - len(rest)
+
+    def _rest(self, buf: bytes, pos: int, out: list[Event]) -> list[Event]:
+        """Parse ``buf`` from ``pos`` into ``out``; hold back what is left (an incomplete
+        frame)."""
+        pos = self._parse(buf, out, pos)
         if pos < len(buf):
             rest = buf[pos:] if pos else buf
-            chunks.append(rest)
+            self._chunks.append(rest)
             self._have = len(rest)
         return out
 
-    def _parse(self, buf: bytes, out: list[Event]) -> int:
-        """Parse whole frames from ``buf``; return the offset of the first unconsumed byte."""
+    def _parse(self, buf: bytes, out: list[Event], pos: int = 0) -> int:
+        """Parse whole frames from ``buf`` (from ``pos``); return the offset of the first
+        unconsumed byte."""
         n = len(buf)
-        pos = 0
         find = buf.find
         append = out.append
         mcl = self.max_control_line

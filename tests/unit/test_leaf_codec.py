@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -401,3 +402,30 @@ def test_delivery_frame_too_long_for_a_control_line() -> None:
     assert leaf.encode_delivery("t", ack, "s." + "x" * 70_000, b"", b"p") is None
     frame = leaf.encode_delivery("t", ack, "s." + "x" * 4000, b"", b"p", max_control_line=4096)
     assert frame is not None and len(frame.split(b"\r\n")[0]) <= 4096
+
+
+def test_a_read_completing_a_held_back_frame_is_parsed_in_place() -> None:
+    """A read that starts inside a held-back frame is not joined whole to it: only the frame's
+    own bytes are, and the rest of the read is parsed where it is (with large messages nearly
+    every read starts inside one; joining copied everything received once more)."""
+    n, size = 64, 16384
+    data = b"".join(leaf.encode_msg("s", bytes([i]) * size) for i in range(n))
+    p = LeafParser()
+    assert p.feed(data[:100]) == []  # inside the first frame's payload
+    read = data[100:]
+    tracemalloc.start()
+    try:
+        events = p.feed(read)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [e[4] for e in events] == [bytes([i]) * size for i in range(n)]
+    assert p.buffered == 0
+    # The payloads themselves (n * size) plus about one frame; a whole-read join is n * size more.
+    assert peak < n * size * 1.25, peak
+    # And a read ending inside a control line that the next read completes.
+    cut = len(leaf.encode_msg("s", b"\x00" * size)) + 3
+    p = LeafParser()
+    first = p.feed(data[:cut])
+    rest = p.feed(data[cut:])
+    assert [e[4] for e in first + rest] == [bytes([i]) * size for i in range(n)]
