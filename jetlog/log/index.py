@@ -548,6 +548,7 @@ class Index:
             pos = array("I", compress(pos, live))
             aux = array("I", compress(aux, live))
             live = bytearray(b"\x01") * len(seqs)
+            dead = 0
         out: list[Block] = []
         for c in range(0, len(seqs), BLOCK_MAX):
             e = c + BLOCK_MAX
@@ -555,7 +556,7 @@ class Index:
             blk.seqs, blk.ts, blk.sid = seqs[c:e], ts[c:e], sid[c:e]
             blk.size, blk.pos, blk.aux = size[c:e], pos[c:e], aux[c:e]
             blk.live = live[c:e]
-            blk.nlive = blk.live.count(1)
+            blk.nlive = blk.live.count(1) if dead else len(blk.live)
             # All live (recovery of a store without removals): no mask to apply, and with the
             # file's sums not even a pass over the sizes (a Python step per entry).
             if per is not None:

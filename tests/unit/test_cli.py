@@ -90,3 +90,47 @@ def test_status_against_an_unreachable_url_fails_fast_with_one_line(kind: str, s
     assert "Traceback" not in err
     # The connect timeout (1 s) plus the interpreter's start-up, never nats-py's retry loop.
     assert took < 1 + 4, took
+
+
+class _Node:
+    """What ``_serve_until_signal`` drives: a start that succeeds or fails."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.gc_during_start: bool | None = None
+        self.stopped = False
+
+    async def start(self) -> None:
+        import gc
+
+        from jetlog.errors import JetlogError
+
+        self.gc_during_start = gc.isenabled()
+        if self.fail:
+            raise JetlogError("no")
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_cyclic_gc_is_off_while_a_node_starts_and_on_after(fail: bool) -> None:
+    import asyncio
+    import gc
+
+    from jetlog.cli import _gc_quiet_start, _serve_until_signal
+
+    node = _Node(fail)
+    stop = asyncio.Event()
+    ready: list[bool] = []
+    assert gc.isenabled()
+    _gc_quiet_start()
+    try:
+        stop.set()  # return at once after the start
+        rc = await _serve_until_signal(node, lambda: ready.append(gc.isenabled()), stop)
+        assert node.gc_during_start is False
+        assert gc.isenabled()
+        assert rc == (1 if fail else 0) and node.stopped
+        assert ready == []  # the stop was already requested: no "ready" line
+    finally:
+        gc.enable()
