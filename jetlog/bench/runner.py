@@ -87,7 +87,7 @@ async def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-REPRODUCE = "Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --out docs/benchmarks.md`)."
+REPRODUCE = "Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --full --out docs/benchmarks.md`; without `--full`, only the jetlog and nats columns)."
 REPRODUCE_CLUSTER = (
     "Reproduce: `.venv/bin/jetlog bench --cluster --rounds 3 --only "
     '"pub-sync,pub-async,fetch(1000)" --failover-reps 10 --out docs/benchmarks.md`.'
