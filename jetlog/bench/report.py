@@ -78,3 +78,25 @@ def write_report(path: str, report: str, *, section: str | None = None) -> None:
 
 
 KEEP_MARKER = "<!-- kept across runs -->"
+
+
+def write_marked(path: str, name: str, report: str) -> None:
+    """Put ``report`` between ``name``'s markers in ``path``, wherever they are (the text
+    around them, hand-written notes included, stays as it is); append it, marked, to a file
+    that has no such section yet. For reports kept among the hand-written notes (the Spark
+    source's), which ``write_report`` leaves alone."""
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = ""
+    start, end = _markers(name)
+    block = f"{start}\n{report.rstrip(chr(10))}\n{end}"
+    a = old.find(start)
+    b = old.find(end, a + len(start)) if a >= 0 else -1
+    if a >= 0 and b >= 0:
+        out = old[:a] + block + old[b + len(end) :]
+    else:
+        out = (old.rstrip("\n") + "\n\n" if old else "") + block + "\n"
+    with open(path, "w") as f:
+        f.write(out)

@@ -10,7 +10,9 @@ Measures rows/s through a local[2] SparkSession, in the same run and alternating
   against ``nats-server -js`` (for comparison);
 
 each into the ``noop`` sink and into Parquet, as bounded reads of the whole stream (the path a
-micro-batch takes), median of the rounds. Prints a markdown table; ``--out`` appends it to a file.
+micro-batch takes), median of the rounds. Prints a markdown table; ``--out`` puts it in its
+marked section of a file (``spark``, or ``spark-r3`` with ``--cluster``: see
+``bench.report.write_marked``), or appends it after a partial run (``--only``).
 
 ``--cluster`` reads a replicated stream instead: ``jetlog dev --nodes 3`` and an R3 stream; the
 read tasks' FETCH requests go to any replica (a queue group per stream), and the report says how
@@ -40,6 +42,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from jetlog.bench.report import write_marked
 from jetlog.spark.schema import source_schema
 
 BATCH = 10_000
@@ -180,7 +183,7 @@ def _run(spark: SparkSession, reader: Any, sink: str, tmp: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print (and optionally append) a markdown table."""
+    """Run the benchmark and print a markdown table (and write it, see ``--out``)."""
     ap = argparse.ArgumentParser(description="Spark source benchmark")
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--size", type=int, default=64)
@@ -288,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         "an R3 stream of a 3-node `jetlog dev --nodes 3` cluster" if args.cluster else "one `jetlog dev` node"
     )
     lines = [
-        "## Spark source (`make bench-spark`)" + (" on an R3 stream" if args.cluster else ""),
+        "### On an R3 stream (`python -m jetlog.spark.bench --cluster`)"
+        if args.cluster
+        else "## Spark source (`make bench-spark`)",
         "",
         f"Run: {now}; {args.rows:,} rows x {args.size} B read from {where}; local[2], 2 read tasks, "
         f"{args.rounds} rounds (alternating order), medians; wall time of a bounded read of the whole stream.",
@@ -311,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n" + report)
+        if args.only:
+            # A partial run (e.g. the long read) is an addition, not the section's table.
+            with open(args.out, "a") as f:
+                f.write("\n" + report)
+        else:
+            write_marked(args.out, "spark-r3" if args.cluster else "spark", report)
     return 0
 
 

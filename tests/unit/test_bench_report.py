@@ -3,7 +3,7 @@ others, and the hand-written notes, as they were."""
 
 from __future__ import annotations
 
-from jetlog.bench.report import KEEP_MARKER, write_report
+from jetlog.bench.report import KEEP_MARKER, write_marked, write_report
 
 
 def test_sections_replace_only_their_own_part(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -44,3 +44,24 @@ def test_capture_lag_is_reported_for_plain_publishes() -> None:
     assert "pub-fire 128B: jetlog 100 ms, nats 20 ms, nats-sync \u2013 (not every message stored" in text
     assert "pub-sync 128B:" not in text
     assert "| pub-fire 128B | 950 | 2,000 | 800 | 0.47 |" in text
+
+
+def test_a_marked_section_is_replaced_where_it_is_and_appended_when_absent(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "b.md"
+    write_marked(str(path), "spark", "## Spark\n\nfirst\n")  # no file yet: created
+    assert path.read_text() == "<!-- spark:start -->\n## Spark\n\nfirst\n<!-- spark:end -->\n"
+    path.write_text(
+        f"# top\n\n{KEEP_MARKER}\n\nnotes before\n\n{path.read_text()}\nnotes after (hand-written)\n"
+    )
+    write_marked(str(path), "spark", "## Spark\n\nsecond\n")
+    write_marked(str(path), "spark-r3", "### R3\n\nr3 table\n")  # absent: appended
+    text = path.read_text()
+    assert text == (
+        f"# top\n\n{KEEP_MARKER}\n\nnotes before\n\n"
+        "<!-- spark:start -->\n## Spark\n\nsecond\n<!-- spark:end -->\n\nnotes after (hand-written)\n\n"
+        "<!-- spark-r3:start -->\n### R3\n\nr3 table\n<!-- spark-r3:end -->\n"
+    )
+    # The main report rewrites the top and keeps the marked sections among the notes.
+    write_report(str(path), "# top again\n")
+    assert path.read_text().startswith("# top again\n\n" + KEEP_MARKER)
+    assert "second" in path.read_text() and "r3 table" in path.read_text()
