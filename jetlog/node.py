@@ -12,20 +12,22 @@ import asyncio
 import logging
 import os
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from prometheus_client import CollectorRegistry
 
 from jetlog.config import NodeConfig
 from jetlog.errors import JetlogError, TransportError
-from jetlog.observe.http import HttpEndpoint
-from jetlog.observe.metrics import NodeCollector
 from jetlog.observe.monitor import Monitor
 from jetlog.stream.manager import StreamManager
 from jetlog.transport.capture import Capture, Egress
 from jetlog.transport.client import ClientLink
 from jetlog.transport.leaf import LeafConnection
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from jetlog.observe.http import HttpEndpoint
 
 log = logging.getLogger("jetlog.node")
 
@@ -84,7 +86,7 @@ class Node:
         self.api: Any = None
         self.cluster: Any = None
         self.decode_config: Any = None
-        self.registry = CollectorRegistry()
+        self.registry: CollectorRegistry | None = None  # with the HTTP endpoint only
         self.http: HttpEndpoint | None = None
         self._stopped = asyncio.Event()
         self._started = False
@@ -236,8 +238,16 @@ class Node:
         if self.cluster is not None:
             self.cluster.attach_api(self.api)
         await self.api.start()
-        self.registry.register(NodeCollector(self))
         if self.cfg.http.listen:
+            # Imported only when the endpoint is on: prometheus_client (with http.server) was
+            # ~25 ms of every start, for metrics nobody could scrape.
+            from prometheus_client import CollectorRegistry
+
+            from jetlog.observe.http import HttpEndpoint
+            from jetlog.observe.metrics import NodeCollector
+
+            self.registry = CollectorRegistry()
+            self.registry.register(NodeCollector(self))
             self.http = HttpEndpoint(self.cfg.http.listen, self.registry, self.ready, Monitor(self))
             await self.http.start()
         self._started = True
