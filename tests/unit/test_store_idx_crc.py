@@ -155,6 +155,19 @@ async def test_older_index_files_are_still_used(tmp_path: Path, version: int) ->
         await store.close()
 
 
+async def _check_index_and_reopen(tmp_path: Path, log: str, model: Model) -> None:
+    """``log``'s index file carries the CRC of the file's content, and the next open uses every
+    index file (nothing rebuilt, nothing lost) and holds the model."""
+    d = _idx_of(log)
+    assert d is not None and d.content_crc == crc32c(_read(log)[: d.covered])
+    store = await _open(tmp_path)
+    try:
+        assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
+        check_store(store, model)
+    finally:
+        await store.close()
+
+
 def _count_read_backs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the segments read back for an index file's content CRC from now on."""
     from jetlog.log import maintenance
@@ -221,15 +234,8 @@ async def test_a_writer_found_intact_is_not_read_back_and_an_unchanged_index_is_
     finally:
         await store.close()
     assert read_back == []
-    d = _idx_of(writer)
-    assert d is not None and d.content_crc == crc32c(_read(writer)[: d.covered])
     assert Path(idx_path).stat().st_ino != before.st_ino
-    store = await _open(tmp_path)
-    try:
-        assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
-        check_store(store, model)
-    finally:
-        await store.close()
+    await _check_index_and_reopen(tmp_path, writer, model)
 
 
 async def test_a_close_encodes_the_writers_index_only_when_it_changed(
@@ -312,13 +318,5 @@ async def test_a_writer_recovered_by_a_scan_rolls_without_a_read_back(
     finally:
         await store.close()
     assert read_back == []
-    logs = _logs(tmp_path)
-    assert writer in logs[:-1]
-    d = _idx_of(writer)
-    assert d is not None and d.content_crc == crc32c(_read(writer)[: d.covered])
-    store = await _open(tmp_path)
-    try:
-        assert store.recovery.rebuilt_indexes == 0 and store.recovery.lost_seqs == ()
-        check_store(store, model)
-    finally:
-        await store.close()
+    assert writer in _logs(tmp_path)[:-1]
+    await _check_index_and_reopen(tmp_path, writer, model)
