@@ -166,9 +166,7 @@ class LeafParser:
             if need == 0 or len(rest) + len(data) - k < need:
                 # Still incomplete (a frame whose payload goes on past this read, or a line
                 # not ended yet): hold it with the rest of the read, as before.
-                buf = rest + data[k:]
-                self._need = 0
-                return self._rest(buf, 0, out)
+                return self._rest(rest + data[k:], 0, out)
             # The control line that ``head`` completed opens a frame that ends in this read.
             chunks.append(rest)
             lo, k = k, k + need - len(rest)
