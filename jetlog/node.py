@@ -194,6 +194,7 @@ class Node:
         from jetlog.api.models_consumer import ConsumerConfig
         from jetlog.api.router import ApiRouter
         from jetlog.consumer.service import ConsumerService
+        from jetlog.consumer.store import read_log
         from jetlog.consumer.wire import parse_ack_payload
         from jetlog.datadir import check_and_mark
 
@@ -221,6 +222,7 @@ class Node:
             encode_config=encode_stored_config,
             domain=self.cfg.api.domain,
             attach_consumers=self.consumers.attach,
+            read_consumers=read_log,
         )
         self.decode_config = decode_stored_config
         if self.cfg.clustered:

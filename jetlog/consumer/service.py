@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from jetlog.consumer import frames as F
 from jetlog.consumer.manager import ConsumerSet
 from jetlog.consumer.pull import Waiting
-from jetlog.consumer.store import ConsumerLog
+from jetlog.consumer.store import ConsumerLog, LoadedLog
 
 if TYPE_CHECKING:
     from jetlog.consumer.consumer import Consumer
@@ -59,9 +59,10 @@ class ConsumerService:
         self._remove_listener: Callable[[], None] | None = None
         self._remove_state_listener: Callable[[], None] | None = None
 
-    async def attach(self, stream: Stream, directory: str | None) -> None:
-        """StreamManager hook: give ``stream`` its consumers (recovered from disk if any)."""
-        clog = await ConsumerLog.open(directory) if directory else None
+    async def attach(self, stream: Stream, directory: str | None, loaded: LoadedLog | None = None) -> None:
+        """StreamManager hook: give ``stream`` its consumers (recovered from disk if any;
+        ``loaded``: the state log already read by ``read_log``)."""
+        clog = await ConsumerLog.open(directory, loaded=loaded) if directory else None
         cset = ConsumerSet(
             stream,
             self.leaf,

@@ -64,6 +64,55 @@ COMPACT_BYTES = 16 * 1024 * 1024
 FEED_BYTES = 4 * 1024 * 1024
 
 
+class LoadedLog:
+    """A consumer-state log opened and read by ``read_log``: ``ConsumerLog.open`` takes it
+    over, or ``discard`` closes it."""
+
+    __slots__ = ("data", "fd")
+
+    def __init__(self, fd: int, data: bytes) -> None:
+        self.fd = fd
+        self.data = data
+
+    def take(self) -> tuple[int, bytes]:
+        """The fd and the bytes read, once: the caller owns the fd from here on."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            raise StorageError("a consumer-state log was taken over twice")
+        return fd, self.data
+
+    def discard(self) -> None:
+        """Close the file without opening the log (nothing once taken)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_log(directory: str) -> LoadedLog:
+    """Open (creating) ``directory/consumers.log`` and read it whole (blocking: a thread).
+    Raises ``StorageError``."""
+    path = os.path.join(directory, LOG_NAME)
+    try:
+        # A new directory or file is durable only once the directory holding its entry is
+        # synced (the log's own fdatasyncs do not cover that): a consumer acknowledged as
+        # created must not vanish with its file after a power loss.
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        new = not os.path.exists(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            if new:
+                fsync_dir(directory)
+            with open(path, "rb") as f:
+                return LoadedLog(fd, f.read())
+        except BaseException:
+            os.close(fd)
+            raise
+    except OSError as e:
+        raise StorageError(f"cannot open consumer state {path}: {e}") from e
+
+
 class ConsumerLog:
     """The consumer-state log of one stream (see module docstring)."""
 
@@ -104,34 +153,18 @@ class ConsumerLog:
         self.replicated: Callable[[int], Awaitable[None]] | None = None
 
     @classmethod
-    async def open(cls, directory: str, sync_interval: float = 1.0) -> ConsumerLog:
-        """Open (creating) ``directory/consumers.log`` and recover its consumers."""
+    async def open(
+        cls, directory: str, sync_interval: float = 1.0, *, loaded: LoadedLog | None = None
+    ) -> ConsumerLog:
+        """Open (creating) ``directory/consumers.log`` and recover its consumers. ``loaded``:
+        what ``read_log(directory)`` returned, read ahead in a thread of the caller's choosing
+        (a node start reads every stream's in one thread); the log takes over its fd."""
         from jetlog.log.syncer import acquire_syncer
 
         path = os.path.join(directory, LOG_NAME)
-
-        def _load() -> tuple[int, bytes]:
-            # A new directory or file is durable only once the directory holding its entry is
-            # synced (the log's own fdatasyncs do not cover that): a consumer acknowledged as
-            # created must not vanish with its file after a power loss.
-            if not os.path.isdir(directory):
-                os.makedirs(directory, exist_ok=True)
-                fsync_dir(os.path.dirname(os.path.abspath(directory)))
-            new = not os.path.exists(path)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
-            try:
-                if new:
-                    fsync_dir(directory)
-                with open(path, "rb") as f:
-                    return fd, f.read()
-            except BaseException:
-                os.close(fd)
-                raise
-
-        try:
-            fd, data = await asyncio.to_thread(_load)
-        except OSError as e:
-            raise StorageError(f"cannot open consumer state {path}: {e}") from e
+        if loaded is None:
+            loaded = await asyncio.to_thread(read_log, directory)
+        fd, data = loaded.take()
         rp, valid, corrupt = replay(data)
         if corrupt:
             log.error(

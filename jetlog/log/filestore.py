@@ -67,7 +67,62 @@ _SPLIT = rc.SPLIT_BODY
 _OPS = rc.OP_SIZE
 _FD_CACHE = 64
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore", "RecoveredDir", "recover_dir"]
+
+
+class RecoveredDir:
+    """A store directory locked and recovered by ``recover_dir``, not yet taken over by a
+    ``FileStore``. Whoever holds one either passes it to ``FileStore.open`` or calls
+    ``discard`` (the directory stays locked until one of the two)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(
+        self, io: SegmentIO, lock_fd: int, rec: Recovered, ix: Index, epochs: list[tuple[int, Pos]]
+    ) -> None:
+        self._parts: tuple[SegmentIO, int, Recovered, Index, list[tuple[int, Pos]]] | None = (
+            io,
+            lock_fd,
+            rec,
+            ix,
+            epochs,
+        )
+
+    def take(self) -> tuple[SegmentIO, int, Recovered, Index, list[tuple[int, Pos]]]:
+        """The parts, once: the caller owns the lock fd from here on."""
+        parts, self._parts = self._parts, None
+        if parts is None:
+            raise StorageError("a recovered store directory was taken over twice")
+        return parts
+
+    def discard(self) -> None:
+        """Unlock the directory without opening a store on it (recovery leaves no other fd
+        open: segments are opened when a store takes them over)."""
+        parts, self._parts = self._parts, None
+        if parts is not None:
+            os.close(parts[1])
+
+
+def recover_dir(
+    path: str,
+    *,
+    io: SegmentIO | None = None,
+    verify: bool = True,
+    first_seq: int = 1,
+    lazy_verify: bool = False,
+) -> RecoveredDir:
+    """Create if needed, lock and recover the store directory ``path`` (blocking: a thread).
+    See ``FileStore.open`` for the arguments. Raises ``StorageError``."""
+    sio: SegmentIO = io if io is not None else OsIO()
+    lock_fd = prepare_dir(path, sio)
+    try:
+        rec, ix, epochs = fr.recover_all(path, sio, verify, first_seq, lazy_verify)
+    except BaseException as exc:
+        os.close(lock_fd)
+        if isinstance(exc, OSError):
+            raise StorageError(f"cannot open store {path}: {exc}") from exc
+        raise
+    return RecoveredDir(sio, lock_fd, rec, ix, epochs)
 
 
 class FileStore(IndexedStore):
@@ -175,6 +230,7 @@ class FileStore(IndexedStore):
         auto_compact: bool = True,
         compact_threshold: float = 0.5,
         syncer: SyncService | str = "helper",
+        recovered: RecoveredDir | None = None,
     ) -> FileStore:
         """Open (creating if needed) the store in directory ``path`` and recover it.
 
@@ -189,6 +245,10 @@ class FileStore(IndexedStore):
         ``syncer``: ``"helper"`` (the loop's shared fsync helper process, ``syncer.py``),
         ``"thread"`` (fsync in a thread of this process: the old path, slow under a busy loop)
         or any ``SyncService`` (owned by the caller; tests inject failures this way).
+
+        ``recovered``: the directory as ``recover_dir`` (with the same ``io``, ``verify``,
+        ``first_seq`` and ``lazy_verify``) left it, done ahead in a thread of the caller's
+        choosing (a node start recovers every stream in one thread); the store takes it over.
         """
         if fsync not in ("always", "interval"):
             raise ValueError(f"fsync must be 'always' or 'interval', not {fsync!r}")
@@ -196,14 +256,13 @@ class FileStore(IndexedStore):
             raise ValueError(f"syncer must be 'helper', 'thread' or a SyncService, not {syncer!r}")
         if not 4096 <= segment_bytes <= 1 << 30:
             raise ValueError("segment_bytes must be between 4 KiB and 1 GiB")
-        sio: SegmentIO = io if io is not None else OsIO()
-        lock_fd = await asyncio.to_thread(prepare_dir, path, sio)
-
+        if recovered is None:
+            recovered = await asyncio.to_thread(
+                recover_dir, path, io=io, verify=verify, first_seq=first_seq, lazy_verify=lazy_verify
+            )
+        sio, lock_fd, rec, ix, epochs = recovered.take()
         owned: Syncer | None = None
         try:
-            rec, ix, epochs = await asyncio.to_thread(
-                fr.recover_all, path, sio, verify, first_seq, lazy_verify
-            )
             if syncer == "helper":
                 owned = acquire_syncer()
                 syncer = owned

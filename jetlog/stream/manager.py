@@ -11,6 +11,7 @@ stopping the node; its files are left untouched for repair.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ import msgspec
 from jetlog.errors import JetlogError, StorageError
 from jetlog.fsutil import fsync_dir, write_atomic
 from jetlog.log.store import MsgStore
+from jetlog.stream.preload import Discardable, Preloaded, preload
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
 from jetlog.wire.subjects import SubjectOwners, collide
 
@@ -49,6 +51,13 @@ class Capture(Protocol):
         ...
 
 
+class AttachConsumers(Protocol):
+    """Gives a stream its consumers: recovered from ``directory`` (None: a memory stream),
+    from the state ``read_consumers`` read ahead when ``loaded`` is given."""
+
+    def __call__(self, stream: Stream, directory: str | None, loaded: Any = None, /) -> Awaitable[None]: ...
+
+
 class StoreSettings(Protocol):
     """The node-wide storage settings a manager opens stores with."""
 
@@ -65,13 +74,8 @@ class StoreSettings(Protocol):
     def verify_on_open(self) -> str: ...
 
 
-class _Meta(msgspec.Struct):
-    config: msgspec.Raw
-    created: int
-
-
-LOAD_PARALLEL = 3
-"""Streams opened at once on start."""
+LOAD_THREADS = 2
+"""Threads that read the stream directories at start (``preload``)."""
 CLOSE_PARALLEL = 8
 """Streams closed at once on stop."""
 
@@ -89,7 +93,8 @@ class StreamManager:
         decode_config: Callable[[bytes], Any],
         encode_config: Callable[[Any], bytes],
         domain: str | None = None,
-        attach_consumers: Callable[[Stream, str | None], Awaitable[None]] | None = None,
+        attach_consumers: AttachConsumers | None = None,
+        read_consumers: Callable[[str], Discardable] | None = None,
     ) -> None:
         self.root = os.path.join(data_dir, "streams")
         self.storage = storage
@@ -99,6 +104,9 @@ class StreamManager:
         self.encode_config = encode_config
         self.domain = domain or None
         self.attach_consumers = attach_consumers
+        # Reads a consumer-state directory ahead (blocking), for ``attach_consumers``' third
+        # argument: a start reads every stream's in its load thread.
+        self.read_consumers = read_consumers
         self.streams: dict[str, Stream] = {}
         # Every open stream's subjects, kept beside ``streams`` (each place that adds, removes
         # or reconfigures a stream updates both) for the overlap check of a create.
@@ -110,43 +118,66 @@ class StreamManager:
     # ---- startup / shutdown ---------------------------------------------------------------
 
     async def load(self) -> None:
-        """Open every stream found on disk, ``LOAD_PARALLEL`` at a time (recovery reads and
-        checks segments in threads, mostly outside the GIL: on two cores a restart with 100
-        streams of 100,000 messages took ~1.6 s one by one and ~1.2 s this way)."""
-        await asyncio.to_thread(os.makedirs, self.root, exist_ok=True)
-        names = sorted(await asyncio.to_thread(os.listdir, self.root))
-        gate = asyncio.Semaphore(LOAD_PARALLEL)
-
-        async def one(name: str) -> Stream | None:
-            sdir = os.path.join(self.root, name)
-            meta_path = os.path.join(sdir, "stream.json")
-            async with gate:
-                if not await asyncio.to_thread(os.path.isfile, meta_path):
-                    return None
-                try:
-                    raw = await asyncio.to_thread(_read, meta_path)
-                    meta = msgspec.json.decode(raw, type=_Meta)
-                    config = self.decode_config(bytes(meta.config))
-                    return await self._open(config, meta.created)
-                except (OSError, msgspec.DecodeError, msgspec.ValidationError, StorageError) as e:
-                    log.error("stream %s is offline: cannot load %s: %s", name, meta_path, e)
-                    self.offline[name] = f"unable to load stream metadata: {e}"
-                    return None
-
-        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
-        failed: BaseException | None = None
-        for res in results:
-            if isinstance(res, BaseException):
-                failed = failed or res
-            elif res is not None:
-                # Registered in name order whatever order they finished in; a stream opened
-                # beside one that failed unexpectedly is still registered, so closing the
-                # manager closes it.
-                self._register(res)
-                self._subscribe(res)
-                log.info("stream %s loaded: %s", res.config.name, _brief(res))
+        """Open every stream found on disk. One thread does every stream's disk work in turn
+        (``preload``: metadata, store recovery, consumer state); the loop then builds the
+        streams from what it read, without further hops. ``LOAD_THREADS`` such threads share
+        the streams when there are many (recovery reads are mostly outside the GIL)."""
+        names = await asyncio.to_thread(_list_dirs, self.root)
+        shares = [names[k::LOAD_THREADS] for k in range(min(LOAD_THREADS, len(names)))]
+        read: list[list[Preloaded]] = [[] for _ in shares]
+        read_all = functools.partial(
+            preload,
+            decode_config=self.decode_config,
+            recover_args=self._recover_args,
+            read_consumers=self.read_consumers,
+        )
+        try:
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(read_all, self.root, sh, out)
+                    for sh, out in zip(shares, read, strict=True)
+                )
+            )
+            pre = sorted((p for out in read for p in out), key=lambda p: p.name)
+            failed: BaseException | None = None
+            for p in pre:
+                stream = None
+                if p.offline is None and p.failure is None:
+                    try:
+                        stream = await self._open(p.config, p.created, p)
+                    except (OSError, StorageError) as e:
+                        p.offline = e
+                    except Exception as e:
+                        p.failure = e
+                if p.offline is not None:
+                    meta_path = os.path.join(self.root, p.name, "stream.json")
+                    log.error("stream %s is offline: cannot load %s: %s", p.name, meta_path, p.offline)
+                    self.offline[p.name] = f"unable to load stream metadata: {p.offline}"
+                failed = failed or p.failure
+                if stream is not None:
+                    # A stream opened beside one that failed unexpectedly is still registered,
+                    # so closing the manager closes it.
+                    self._register(stream)
+                    self._subscribe(stream)
+                    log.info("stream %s loaded: %s", stream.config.name, _brief(stream))
+        finally:
+            # Whatever a failure left unopened: directory locks and files read ahead.
+            for out in read:
+                for p in out:
+                    p.discard()
         if failed is not None:
             raise failed
+
+    def _recover_args(self, config: Any, replicated: bool = False) -> dict[str, Any] | None:
+        """``recover_dir``'s arguments for the store of ``config`` (None: a memory stream)."""
+        if config.storage == "memory":
+            return None
+        return {
+            "first_seq": getattr(config, "first_seq", None) or 1,
+            # A replica in a cluster checks every segment before it serves: a damaged one is then
+            # rebuilt from its leader at once (the scrub of a lazy open would find it later).
+            "lazy_verify": self.storage.verify_on_open == "lazy" and not replicated,
+        }
 
     async def close(self) -> None:
         """Unsubscribe and close every stream (flushing their stores)."""
@@ -314,20 +345,28 @@ class StreamManager:
         path = os.path.join(self.root, config.name, "stream.json")
         await asyncio.to_thread(write_atomic, path, self._meta(config, created))
 
-    async def _open(self, config: Any, created: int) -> Stream:
-        store = await self._open_store(config)
+    async def _open(self, config: Any, created: int, pre: Preloaded | None = None) -> Stream:
+        """Open a stream's store, start it and attach its consumers; ``pre``: its directory as
+        ``preload`` read it (the store and the consumer-state log are taken over from it)."""
+        store = await self._open_store(config, recovered=pre.store if pre is not None else None)
+        if pre is not None:
+            pre.store = None  # the store owns the directory lock now
         stream = Stream(config, store, created, self.out, domain=self.domain)
         await stream.start()
         if self.attach_consumers is not None:
             # Consumer state lives beside the log (memory streams keep none on disk).
-            await self.attach_consumers(stream, self._consumer_dir(config))
+            loaded = None
+            if pre is not None:
+                loaded, pre.consumers = pre.consumers, None
+            await self.attach_consumers(stream, self._consumer_dir(config), loaded)
         return stream
 
-    async def _open_store(self, config: Any, replicated: bool = False) -> MsgStore:
+    async def _open_store(self, config: Any, replicated: bool = False, recovered: Any = None) -> MsgStore:
         from jetlog.log import FileStore, MemStore
 
-        first_seq = getattr(config, "first_seq", None) or 1
-        if config.storage == "memory":
+        args = self._recover_args(config, replicated)
+        if args is None:
+            first_seq = getattr(config, "first_seq", None) or 1
             return (
                 MemStore(first_seq=first_seq, replicated=True)
                 if replicated
@@ -340,10 +379,8 @@ class StreamManager:
             fsync=st.fsync,
             sync_interval=st.sync_interval,
             segment_bytes=st.segment_bytes,
-            first_seq=first_seq,
-            # A replica in a cluster checks every segment before it serves: a damaged one is then
-            # rebuilt from its leader at once (the scrub of a lazy open would find it later).
-            lazy_verify=st.verify_on_open == "lazy" and not replicated,
+            recovered=recovered,
+            **args,
         )
 
     def _subscribe(self, stream: Stream) -> None:
@@ -383,9 +420,9 @@ def make_stream_dir(root: str, name: str, meta: bytes, *, fresh: bool, files: bo
     return had
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def _list_dirs(root: str) -> list[str]:
+    os.makedirs(root, exist_ok=True)
+    return sorted(os.listdir(root))
 
 
 def _brief(stream: Stream) -> str:

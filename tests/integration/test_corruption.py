@@ -135,7 +135,7 @@ async def test_corrupt_stream_metadata_leaves_only_that_stream_offline(tmp_path)
         url = await node.start()
         nc = await nats.connect(url)
         js = nc.jetstream()
-        # More streams than are opened at once (``LOAD_PARALLEL``), the bad one among them.
+        # Several streams read by the load thread in turn, the bad one among them.
         names = ["A", "B", "META", "OK", "P", "Q"]
         for i, name in enumerate(names):
             await _fill(js, name, 3 + i)

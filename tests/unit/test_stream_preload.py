@@ -1,0 +1,231 @@
+"""A node start reads every stream directory in one thread (``stream/preload.py``) and the
+loop takes the results over: the same streams, messages and offline reasons as opening each
+stream on its own, a few thread hops whatever the number of streams, and nothing left locked
+or open when a start fails half way."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import time
+from typing import Any
+
+import pytest
+
+from jetlog.api.models import decode_stored_config, decode_stream_config, encode_stored_config
+from jetlog.config import Storage
+from jetlog.consumer.store import LoadedLog, read_log
+from jetlog.errors import StorageError
+from jetlog.log.filestore import recover_dir
+from jetlog.stream import manager as mgr
+from jetlog.stream.config import normalize_stream_config
+from jetlog.stream.manager import StreamManager
+from jetlog.stream.preload import Preloaded, preload
+
+
+class _Capture:
+    """The upstream side the manager subscribes stream subjects on (records them)."""
+
+    def __init__(self) -> None:
+        self.subjects: list[str] = []
+
+    def subscribe(self, subject: str, cb: Any, run_cb: Any = None) -> str:
+        self.subjects.append(subject)
+        return subject
+
+    def unsubscribe(self, handle: str) -> None:
+        self.subjects.remove(handle)
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        return None
+
+
+class _Out:
+    def send(self, subject: str, payload: bytes, hdr: bytes = b"") -> None:
+        return None
+
+
+class _Attach:
+    """The consumer hook: what each stream was given (the directory and the state read)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, tuple[str | None, Any]] = {}
+
+    async def __call__(self, stream: Any, directory: str | None, loaded: Any = None) -> None:
+        self.calls[stream.name] = (directory, loaded)
+        if isinstance(loaded, LoadedLog):
+            loaded.discard()  # taken over (a ConsumerLog would keep the fd)
+
+
+def _manager(data: str, decode: Any = decode_stored_config, attach: Any = None) -> StreamManager:
+    return StreamManager(
+        data,
+        Storage(),
+        _Out(),
+        _Capture(),
+        decode_config=decode,
+        encode_config=encode_stored_config,
+        attach_consumers=attach,
+        read_consumers=read_log,
+    )
+
+
+def _config(name: str, storage: str = "file") -> Any:
+    body = f'{{"name": "{name}", "subjects": ["{name.lower()}.>"], "storage": "{storage}"}}'
+    return normalize_stream_config(decode_stream_config(body.encode()))
+
+
+async def _fill(data: str, streams: dict[str, int], memory: tuple[str, ...] = ()) -> None:
+    m = _manager(data)
+    for name, n in streams.items():
+        s = await m.create(_config(name))
+        for i in range(n):
+            s.store.append(f"{name.lower()}.x", b"", b"m%d" % i, time.time_ns())
+        await s.store.flush()
+    for name in memory:
+        await m.create(_config(name, "memory"))
+    await m.close()
+
+
+def _locked(path: str) -> bool:
+    fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _log_dir(data: str, name: str) -> str:
+    return os.path.join(data, "streams", name, "log")
+
+
+async def test_load_gives_every_stream_its_messages_and_consumer_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {"A": 3, "B": 0, "C": 7}, memory=("M",))
+    attach = _Attach()
+    m = _manager(data, attach=attach)
+    await m.load()
+    try:
+        assert {n: s.store.state().messages for n, s in m.streams.items()} == {"A": 3, "B": 0, "C": 7, "M": 0}
+        assert m.streams["C"].store.load(7).data == b"m6"
+        assert sorted(m.capture.subjects) == ["a.>", "b.>", "c.>", "m.>"]  # type: ignore[attr-defined]
+        # File streams got their consumer-state log read ahead; a memory stream keeps none.
+        for name in ("A", "B", "C"):
+            directory, loaded = attach.calls[name]
+            assert directory == os.path.join(data, "streams", name, "consumers")
+            assert isinstance(loaded, LoadedLog) and loaded.data == b""
+        assert attach.calls["M"] == (None, None)
+        assert m.offline == {}
+    finally:
+        await m.close()
+    assert not _locked(_log_dir(data, "A"))
+
+
+async def test_load_takes_a_few_thread_hops_whatever_the_number_of_streams(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {f"S{i}": 2 for i in range(12)})
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, *args: Any, **kw: Any) -> Any:
+        hops.append(getattr(fn, "__name__", type(fn).__name__))
+        return await real(fn, *args, **kw)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    m = _manager(data, attach=_Attach())
+    await m.load()
+    try:
+        assert len(m.streams) == 12
+        # The listing and one reading thread (``LOAD_THREADS``); before, five per stream.
+        assert len(hops) == 1 + mgr.LOAD_THREADS, hops
+    finally:
+        await m.close()
+
+
+async def test_damaged_metadata_is_offline_with_its_reason_and_the_rest_loads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {"A": 1, "BAD": 2, "C": 3})
+    with open(os.path.join(data, "streams", "BAD", "stream.json"), "wb") as f:
+        f.write(b'{"config": {"name": "BAD", "subj')
+    os.makedirs(os.path.join(data, "streams", "EMPTY"))  # no stream.json: not a stream
+    m = _manager(data, attach=_Attach())
+    await m.load()
+    try:
+        assert sorted(m.streams) == ["A", "C"]
+        assert list(m.offline) == ["BAD"]
+        assert m.offline["BAD"].startswith("unable to load stream metadata: ")
+    finally:
+        await m.close()
+    # The offline stream's store was never locked; its files are left for repair.
+    assert not _locked(_log_dir(data, "BAD"))
+    assert os.listdir(_log_dir(data, "BAD"))
+
+
+async def test_an_unexpected_error_is_raised_after_the_others_and_nothing_stays_locked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {"A": 1, "B": 2, "C": 3})
+
+    def decode(raw: bytes) -> Any:
+        cfg = decode_stored_config(raw)
+        if cfg.name == "B":
+            raise RuntimeError("boom")
+        return cfg
+
+    m = _manager(data, decode=decode, attach=_Attach())
+    with pytest.raises(RuntimeError, match="boom"):
+        await m.load()
+    try:
+        # The streams read beside the failed one are registered (closing the manager closes them).
+        assert sorted(m.streams) == ["A", "C"]
+    finally:
+        await m.close()
+    for name in ("A", "B", "C"):
+        assert not _locked(_log_dir(data, name)), name
+
+
+async def test_a_load_cancelled_after_reading_releases_what_it_read(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {"A": 1, "B": 1})
+    m = _manager(data, attach=_Attach())
+    opened: list[str] = []
+
+    async def failing_open(config: Any, created: int, pre: Any = None) -> Any:
+        opened.append(config.name)
+        assert _locked(_log_dir(data, config.name))  # read ahead: locked until taken over
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(m, "_open", failing_open)
+    with pytest.raises(asyncio.CancelledError):
+        await m.load()
+    assert opened == ["A"]
+    assert not _locked(_log_dir(data, "A")) and not _locked(_log_dir(data, "B"))
+    consumers = os.path.join(data, "streams", "B", "consumers", "consumers.log")
+    assert os.path.exists(consumers)  # B's consumer log was read ahead, then closed again
+
+
+def test_preload_marks_a_store_it_cannot_lock_offline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    asyncio.run(_fill(data, {"A": 2}))
+    root = os.path.join(data, "streams")
+    held = recover_dir(_log_dir(data, "A"))  # another owner of the directory
+    try:
+        out: list[Preloaded] = []
+        preload(
+            root,
+            ["A"],
+            out,
+            decode_config=decode_stored_config,
+            recover_args=lambda cfg: {},
+            read_consumers=read_log,
+        )
+        assert [p.name for p in out] == ["A"]
+        assert isinstance(out[0].offline, StorageError)
+        assert "in use by another process" in str(out[0].offline)
+        assert out[0].store is None and out[0].consumers is None
+    finally:
+        held.discard()
+    assert not _locked(_log_dir(data, "A"))
