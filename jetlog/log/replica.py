@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import struct
 from array import array
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -117,47 +116,9 @@ def parse_batches(
 
 
 def _walk(raw: bytes, h: rc.BatchHeader, off: int, file: bool, out: Reply) -> None:
-    """Append the records of a (decompressed) body to the reply's columns, checking the layout
-    the way ``records.iter_record_meta`` does: one pass, no object per record but its key."""
-    unpack = _REC.unpack_from
-    seqs, ts, keys, sizes, pos, aux = out.seqs, out.ts, out.keys, out.sizes, out.pos, out.aux
-    payloads = out.payloads
-    blen = h.raw_len - h.n_ops * rc.OP_SIZE
-    compressed = h.compressed
-    top = h.last_seq
-    prev = h.base_seq
-    p = 0
-    try:
-        for _ in range(h.n_records):
-            _crc, seq, t, slen, flags, _rsv, hlen, dlen = unpack(raw, p)
-            q = p + _RSZ
-            if flags & _RF_TTL:
-                out.ttl.append((seq, _TTL.unpack_from(raw, q)[0]))
-                q += 8
-            d = q + slen + hlen
-            end = d + dlen
-            if seq <= prev or seq > top or end > blen:
-                raise BatchInputError(off, f"bad record layout at body offset {p}")
-            seqs.append(seq)
-            ts.append(t)
-            keys.append(raw[q : q + slen])
-            if file:
-                sizes.append(30 + slen + dlen + (4 + hlen if hlen else 0))
-                if compressed:
-                    pos.append(0)
-                    aux.append(COMPRESSED | p)
-                else:
-                    pos.append(_HDR + p)
-                    aux.append(end - p)
-            else:
-                sizes.append(slen + hlen + dlen + 16)
-                payloads.append((raw[q + slen : d], raw[d:end]))
-            prev = seq
-            p = end
-    except struct.error as exc:
-        raise BatchInputError(off, "truncated record") from exc
-    if p != blen:
-        raise BatchInputError(off, "records do not fill the body")
+    """Append the records of a (decompressed) body to the reply's columns (``pos`` relative to
+    the batch), checking their layout."""
+    rc.walk_records(raw, h, out, file=file, base=0, fail=lambda reason: BatchInputError(off, reason))
 
 
 def subject_ids(ix: Index, names: dict[bytes, str]) -> dict[bytes, int]:

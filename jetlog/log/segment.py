@@ -15,6 +15,7 @@ The index file format is ``idxfile``'s.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from array import array
@@ -28,7 +29,7 @@ from jetlog.log.positions import NULL_LAST, PosTable, is_null
 from jetlog.wire import records as rc
 from jetlog.wire.subjects import subject_from_bytes
 
-COMPRESSED = 0x80000000  # aux high bit: record lives in a compressed batch at ``pos``
+COMPRESSED = rc.AUX_COMPRESSED  # aux high bit: record lives in a compressed batch at ``pos``
 AUX_MASK = 0x7FFFFFFF
 BODY_CACHE = 8  # decompressed batch bodies a store keeps for reads
 
@@ -359,36 +360,55 @@ class SegmentData:
         self, buf: bytes | memoryview, batches: list[tuple[int, rc.BatchHeader]], dctx: Any
     ) -> None:
         """Index the given (already CRC-checked) batches of ``buf``. Raises ``BatchError`` if a
-        batch's content is inconsistent (which a CRC-valid batch written by us never is)."""
+        batch's content is inconsistent (which a CRC-valid batch written by us never is); then
+        nothing was added. This is the scan of a writer segment that has no index file after a
+        crash: its records are walked into columns in one pass (``walk_records``) and the
+        columns appended whole."""
         self.size_sums = None
+        cols = rc.RecordColumns()
+        ops: list[int] = []
+        offs: list[int] = []
+        lasts: list[int] = []
+        last_seq, last_ts, epoch, covered = self.last_seq, self.last_ts, self.epoch, self.covered
+        prev = self.seqs[-1] if self.seqs else -1
         for off, h in batches:
-            body = rc.raw_body(h, rc.check_body(buf, off, h), dctx, off)
-            compressed = h.compressed
-            for m in rc.iter_record_meta(body, h, off):
-                if self.seqs and m.seq <= self.seqs[-1]:
-                    raise rc.BatchError(off, f"record sequence {m.seq} not increasing", torn=False)
-                self.seqs.append(m.seq)
-                self.ts.append(m.ts)
-                if compressed:
-                    self.pos.append(off)
-                    self.aux.append(COMPRESSED | m.off)
-                else:
-                    self.pos.append(off + rc.HEADER_SIZE + m.off)
-                    self.aux.append(m.length)
-                self.size.append(file_msg_size(len(m.subject), m.hdr_len, m.data_len))
-                self.lsid.append(self.subject_index(subject_from_bytes(m.subject)))
-                if m.ttl:
-                    self.ttl[m.seq] = m.ttl
-            for a, b in rc.decode_ops(body, h):
-                self.ops.append(a)
-                self.ops.append(b)
-            self.batches.append(off)
-            self.blast.append(NULL_LAST if is_null(h) else h.last_seq)
-            self.last_seq = max(self.last_seq, h.last_seq)
-            self.last_ts = h.last_ts
-            self.epoch = max(self.epoch, h.epoch)
-            self.covered = off + h.size
+            raw = rc.raw_body(h, rc.check_body(buf, off, h), dctx, off)
+            if not isinstance(raw, bytes):
+                raw = bytes(raw)  # the subjects are sliced out of it as keys
+            n0 = len(cols.seqs)
+            rc.walk_records(raw, h, cols, file=True, base=off, fail=functools.partial(_bad_batch, off))
+            if len(cols.seqs) > n0:
+                # Within a batch ``walk_records`` checked the order; across batches, here.
+                if cols.seqs[n0] <= prev:
+                    raise rc.BatchError(off, f"record sequence {cols.seqs[n0]} not increasing", torn=False)
+                prev = cols.seqs[-1]
+            for a, b in rc.decode_ops(raw, h):
+                ops.append(a)
+                ops.append(b)
+            offs.append(off)
+            lasts.append(NULL_LAST if is_null(h) else h.last_seq)
+            last_seq = max(last_seq, h.last_seq)
+            last_ts = h.last_ts
+            epoch = max(epoch, h.epoch)
+            covered = off + h.size
+        keys = {k: self.subject_index(subject_from_bytes(k)) for k in dict.fromkeys(cols.keys)}
+        self.seqs.extend(cols.seqs)
+        self.ts.extend(cols.ts)
+        self.pos.extend(cols.pos)
+        self.aux.extend(cols.aux)
+        self.size.extend(cols.sizes)
+        self.lsid.extend(array("I", map(keys.__getitem__, cols.keys)))
+        self.ttl.update(cols.ttl)
+        self.ops.extend(ops)
+        self.batches.extend(offs)
+        self.blast.extend(lasts)
+        self.last_seq, self.last_ts, self.epoch, self.covered = last_seq, last_ts, epoch, covered
+        if batches:
             self.has_batches = True
+
+
+def _bad_batch(off: int, reason: str) -> rc.BatchError:
+    return rc.BatchError(off, reason, torn=False)
 
 
 def seg_table(d: SegmentData) -> PosTable:

@@ -45,8 +45,9 @@ target the batch's later records, since those have higher sequences than any op 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 from crc32c import crc32c
 
@@ -442,6 +443,101 @@ def iter_record_meta(
     if p != blen:
         raise BatchError(offset, "records do not fill the body", torn=False)
     return out
+
+
+AUX_COMPRESSED = 0x80000000
+"""Index ``aux`` flag: the record lives in a compressed batch (its ``pos`` is the batch's, the
+rest of ``aux`` its offset in the raw body)."""
+
+
+class RecordSink(Protocol):
+    """Columns ``walk_records`` appends to (the replica reply's, ``RecordColumns``)."""
+
+    @property
+    def seqs(self) -> array[int]: ...
+    @property
+    def ts(self) -> array[int]: ...
+    @property
+    def keys(self) -> list[bytes]: ...
+    @property
+    def sizes(self) -> array[int]: ...
+    @property
+    def pos(self) -> array[int]: ...
+    @property
+    def aux(self) -> array[int]: ...
+    @property
+    def payloads(self) -> list[tuple[bytes, bytes] | None]: ...
+    @property
+    def ttl(self) -> list[tuple[int, int]]: ...
+
+
+class RecordColumns:
+    """Empty columns for ``walk_records``."""
+
+    __slots__ = ("aux", "keys", "payloads", "pos", "seqs", "sizes", "ts", "ttl")
+
+    def __init__(self) -> None:
+        self.seqs: array[int] = array("Q")
+        self.ts: array[int] = array("q")
+        self.keys: list[bytes] = []
+        self.sizes: array[int] = array("I")
+        self.pos: array[int] = array("I")
+        self.aux: array[int] = array("I")
+        self.payloads: list[tuple[bytes, bytes] | None] = []
+        self.ttl: list[tuple[int, int]] = []
+
+
+def walk_records(
+    raw: bytes, h: BatchHeader, out: RecordSink, *, file: bool, base: int, fail: Callable[[str], Exception]
+) -> None:
+    """Append the records of a (CRC-checked, decompressed) raw body to ``out``'s columns in one
+    pass, no object per record but its subject, checking the layout as ``iter_record_meta``
+    does (``fail(reason)`` is raised). ``file``: a file store's columns, ``pos`` relative to
+    ``base`` (the batch's offset: the record's own position, or the batch's when it is
+    compressed) and the file-store size formula; else a memory store's, with the payloads.
+    Recovery and a follower's appends both index records this way (~1.2 µs a record here,
+    against ~2 µs through ``iter_record_meta``'s tuples)."""
+    unpack = REC.unpack_from
+    seqs, ts, keys, sizes, pos, aux = out.seqs, out.ts, out.keys, out.sizes, out.pos, out.aux
+    payloads = out.payloads
+    blen = h.raw_len - h.n_ops * OP_SIZE
+    compressed = h.compressed
+    top = h.last_seq
+    prev = h.base_seq
+    at = base + HEADER_SIZE
+    p = 0
+    try:
+        for _ in range(h.n_records):
+            _crc, seq, t, slen, flags, _rsv, hlen, dlen = unpack(raw, p)
+            q = p + REC_SIZE
+            if flags & RF_TTL:
+                out.ttl.append((seq, TTL.unpack_from(raw, q)[0]))
+                q += 8
+            d = q + slen + hlen
+            end = d + dlen
+            if seq <= prev or seq > top or end > blen:
+                raise fail(f"bad record layout at body offset {p}")
+            seqs.append(seq)
+            ts.append(t)
+            keys.append(raw[q : q + slen])
+            if file:
+                # nats-server's file-store accounting (``segment.file_msg_size``)
+                sizes.append(30 + slen + dlen + (4 + hlen if hlen else 0))
+                if compressed:
+                    pos.append(base)
+                    aux.append(AUX_COMPRESSED | p)
+                else:
+                    pos.append(at + p)
+                    aux.append(end - p)
+            else:
+                sizes.append(slen + hlen + dlen + 16)
+                payloads.append((raw[q + slen : d], raw[d:end]))
+            prev = seq
+            p = end
+    except struct.error as exc:
+        raise fail("truncated record") from exc
+    if p != blen:
+        raise fail("records do not fill the body")
 
 
 # ---- scanning -----------------------------------------------------------------------------
