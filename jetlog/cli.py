@@ -473,7 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument(
         "--duration", type=float, default=10.0, help="seconds of faults per schedule (default 10)"
     )
-    ch.add_argument("--nodes", type=int, default=3, help="jetlog processes per cluster (default 3)")
+    ch.add_argument(
+        "--nodes", type=int, default=3, help="jetlog processes per cluster (at least 3; default 3)"
+    )
     ch.add_argument(
         "--first",
         type=int,

@@ -430,6 +430,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown} (choose from {', '.join(KINDS)})")
+    if args.nodes < 3:
+        # One node has no Raft to partition and no second node for a step's second fault; two
+        # lose their Raft quorum to any one fault, which the checker would report as stuck.
+        raise ValueError(
+            f"--nodes must be at least 3, not {args.nodes}: the checker runs an R3 stream on a "
+            "cluster that keeps its Raft quorum through one faulted node"
+        )
     return Options(
         schedules=args.schedules,
         seed=args.seed,

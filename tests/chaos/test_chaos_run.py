@@ -68,3 +68,8 @@ def test_cli_parses_chaos_flags() -> None:
     bad = build_parser().parse_args(["chaos", "--faults", "meteor"])
     with pytest.raises(ValueError, match="meteor"):
         options_from_args(bad)
+    # A single node (or two) cannot run the schedules: refused with the reason, not a crash
+    # half way through the first schedule.
+    for n in ("1", "2"):
+        with pytest.raises(ValueError, match=f"--nodes must be at least 3, not {n}"):
+            options_from_args(build_parser().parse_args(["chaos", "--nodes", n]))
