@@ -211,6 +211,10 @@ class FileStore(IndexedStore):
         )
         self._maint = Maintenance(self, *self._auto)
         self._fl = Flusher(self, self._always)
+        if self._wseg.idx_file is None:
+            # A writer without a current index file (a crash's scan rebuilt it): written once
+            # the store is quiet, as after commits, so that a second crash does not scan again.
+            self._maint.note_commit()
         self.scrub = Scrub(self.path, lambda: self._segs)
         self.scrub.start()
 
@@ -411,6 +415,24 @@ class FileStore(IndexedStore):
         self._seg = new
         self._ob = OpenBatch(new, 0, self._ix.last_seq, self._max_body)
         return self._ob
+
+    def _notify(self, seq: int) -> None:
+        super()._notify(seq)
+        self._maint.note_commit()
+
+    def writer_quiet(self) -> bool:
+        """Nothing is pending, in flight or unsynced, and the writer's running CRC covers all
+        of it: its index file can be written as a clean close would (``maintenance``)."""
+        fl, seg = self._fl, self._wseg
+        return (
+            self._failed is None
+            and not (self._closed or self._busy or fl.dead or fl.stopping or fl.unsynced)
+            and fl.jobs_taken == fl.jobs_done
+            and not self._has_pending()
+            and seg.wcrc is not None
+            and seg.wlen == seg.size
+            and seg.fd is not None
+        )
 
     def _has_pending(self) -> bool:
         ob = self._ob

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetlog.log.maintenance")
 
+WRITER_INDEX_QUIET = 2.0
+"""Seconds without a commit after which the writer segment's index file is written."""
+WRITER_INDEX_MIN_GROWTH = 1 << 20
+"""...once the writer grew by this many bytes, and by a quarter of its size, since its last."""
+
 
 class MaintenanceHost(Protocol):
     """What maintenance (and ``idx_snapshot``) uses of its ``FileStore`` (which satisfies this
@@ -48,6 +54,7 @@ class MaintenanceHost(Protocol):
 
     @property
     def failed(self) -> BaseException | None: ...
+    def writer_quiet(self) -> bool: ...
 
     async def flush(self) -> None: ...
     def _close_fd(self, seg: Segment) -> None: ...
@@ -74,8 +81,11 @@ class Maintenance:
         self.deleted = 0
         self._cond = asyncio.Condition()
         self._idx_tasks: set[asyncio.Task[None]] = set()
-        self._indexed = asyncio.Event()  # set while no sealed segment waits for its index file
+        self._indexed = asyncio.Event()  # set while no index file waits to be written
         self._indexed.set()
+        self._last_commit = 0.0
+        self._quiet: asyncio.TimerHandle | None = None  # armed by a commit, not while idle
+        self._stopped = False
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -113,6 +123,10 @@ class Maintenance:
             await self._pass()
 
     async def stop(self) -> None:
+        self._stopped = True
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -232,13 +246,66 @@ class Maintenance:
         seg.rewritten = True
         seg.gen += 1
 
+    # ---- the writer segment's index file, once the store is quiet -----------------------------
+    # A writer segment has no index file until it rolls or the store closes, and recovery after
+    # a crash walks each of its records (~1.2 µs a record: 100,000 a second). Once the store has
+    # been still for ``WRITER_INDEX_QUIET`` seconds with everything committed and synced, the
+    # writer's index is written as a clean close would write it; recovery then scans only what
+    # came after it. Only a commit arms the timer, so an idle store has none; the growth rule
+    # bounds the rewrites of a stream that trickles (each writes the whole writer's index).
+    def note_commit(self) -> None:
+        """A job committed (``FileStore._notify``)."""
+        self._last_commit = time.monotonic()
+        if self._quiet is None and not self._stopped:
+            self._quiet = asyncio.get_running_loop().call_later(WRITER_INDEX_QUIET, self._quiet_check)
+
+    def _quiet_check(self) -> None:
+        self._quiet = None
+        if self._stopped:
+            return
+        still = time.monotonic() - self._last_commit
+        if still < WRITER_INDEX_QUIET:  # committed again since the timer was armed
+            self._quiet = asyncio.get_running_loop().call_later(WRITER_INDEX_QUIET - still, self._quiet_check)
+            return
+        st = self._store
+        seg = st._wseg
+        done = seg.idx_file[0] if seg.idx_file is not None else 0
+        if seg.size - done >= max(WRITER_INDEX_MIN_GROWTH, seg.size // 4) and st.writer_quiet():
+            self._track(self._write_writer_index(seg))
+
+    async def _write_writer_index(self, seg: Segment) -> None:
+        st = self._store
+        # Checked again on this loop pass: the snapshot must be of a writer whose every byte is
+        # written, committed and synced (a clean close's state; ``FileStore.writer_quiet``).
+        if self._stopped or seg is not st._wseg or not st.writer_quiet():
+            return
+        covered, crc, epoch = seg.size, seg.wcrc, st.epoch
+        build = idx_snapshot(st, seg)
+
+        def work() -> None:
+            write_idx_file(seg, st._io, build(), unless_same=True)
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._exec, work)
+        except OSError as exc:
+            log.warning("could not write index of %s (a crash would scan it): %s", seg.path, exc)
+            return
+        if crc is not None:
+            # What a close compares with (``filestore._idx_current``): unchanged, no rewrite.
+            seg.idx_file = (covered, crc, epoch)
+
+    def _track(self, coro: Any) -> None:
+        """Run an index-file write as a task that ``indexes_written`` (close, truncation) waits
+        for: no index file is written under a truncation's or a close's feet."""
+        self._indexed.clear()
+        task = asyncio.get_running_loop().create_task(coro)
+        self._idx_tasks.add(task)
+        task.add_done_callback(self._index_done)
+
     # ---- index files of sealed segments ------------------------------------------------------
     def schedule_index(self, seg: Segment) -> None:
         """Write a sealed segment's index file in the maintenance thread (off the commit path)."""
-        self._indexed.clear()
-        task = asyncio.get_running_loop().create_task(self._write_index(seg))
-        self._idx_tasks.add(task)
-        task.add_done_callback(self._index_done)
+        self._track(self._write_index(seg))
 
     def _index_done(self, task: asyncio.Task[None]) -> None:
         self._idx_tasks.discard(task)

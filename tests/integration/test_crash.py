@@ -129,3 +129,40 @@ async def test_expected_last_msg_id_after_a_restart(tmp_path) -> None:  # type: 
         assert r == {"stream": "LN", "seq": 4}
         r = await publish_req(nc, "lm.a", b"x", {"Nats-Expected-Last-Msg-Id": "id-2"})
         assert r["error"]["description"] == "wrong last msg ID: id-3"
+
+
+async def test_kill_9_after_a_quiet_spell_recovers_from_the_writer_index(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A node that was quiet for a while before it died had written its writer segment's index
+    file (``maintenance.WRITER_INDEX_QUIET``): the restart scans only what came after it, and
+    every acknowledged message is there."""
+    import glob
+    import os
+    import time
+
+    data = str(tmp_path / "data")
+    async with NatsServer(leafnode=True) as srv:
+        node = NodeProcess(srv, data, ["--log-level", "info"])
+        url = await node.start()
+        nc = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            js = nc.jetstream(timeout=5, publish_async_max_pending=512)
+            await js.add_stream(name="QUIET", subjects=["quiet.>"])
+            payload = b"q" * 200
+            futs = [await js.publish_async("quiet.a", payload) for _ in range(8_000)]  # ~2 MB
+            assert [(await f).seq for f in futs][-1] == 8_000
+            deadline = time.monotonic() + 15
+            while not glob.glob(os.path.join(data, "streams", "QUIET", "log", "*.idx")):
+                assert time.monotonic() < deadline, "the quiet writer's index file was never written"
+                await asyncio.sleep(0.1)
+            for i in range(50):  # after the index file: found by the scan
+                assert (await js.publish("quiet.b", b"after %d" % i)).seq == 8_001 + i
+            await node.kill()
+            await node.start()
+            info = await js.stream_info("QUIET")
+            assert (info.state.messages, info.state.last_seq) == (8_050, 8_050)
+            assert (await js.get_msg("QUIET", 8_050)).data == b"after 49"
+            assert (await js.get_msg("QUIET", 1)).data == payload
+            assert (await js.publish("quiet.c", b"next")).seq == 8_051
+        finally:
+            await nc.close()
+            await node.terminate()
