@@ -94,6 +94,13 @@ async def _serve_until_signal(
         with contextlib.suppress(JetlogError):
             await node.stop()
         return 1
+    except BaseException:
+        # Anything else (a bug, a cancellation) still stops what the start had started before
+        # it propagates: left to the loop's shutdown, a cluster node's tasks were cancelled
+        # without their roles being stopped, and the process hung there instead of exiting.
+        with contextlib.suppress(Exception):
+            await node.stop()
+        raise
     finally:
         gc.enable()  # after ``_gc_quiet_start``
     if on_ready is not None and not stop.is_set():

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from jetlog.errors import ConfigError
 from jetlog.observe import statuspage
 from jetlog.observe.monitor import Monitor
 
@@ -42,8 +43,12 @@ class HttpEndpoint:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        """Bind and serve."""
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        """Bind and serve. Raises ``ConfigError`` (``http.listen``) if the address cannot be
+        bound: the node then stops in order, as for any other bad setting."""
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as e:
+            raise ConfigError("http.listen", f"cannot listen on {self.host}:{self.port}: {e}") from e
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         log.info("http endpoint on %s:%d", self.host, self.port)

@@ -95,7 +95,7 @@ def test_status_against_an_unreachable_url_fails_fast_with_one_line(kind: str, s
 class _Node:
     """What ``_serve_until_signal`` drives: a start that succeeds or fails."""
 
-    def __init__(self, fail: bool) -> None:
+    def __init__(self, fail: bool | BaseException) -> None:
         self.fail = fail
         self.gc_during_start: bool | None = None
         self.stopped = False
@@ -106,6 +106,8 @@ class _Node:
         from jetlog.errors import JetlogError
 
         self.gc_during_start = gc.isenabled()
+        if isinstance(self.fail, BaseException):
+            raise self.fail
         if self.fail:
             raise JetlogError("no")
 
@@ -134,6 +136,41 @@ async def test_cyclic_gc_is_off_while_a_node_starts_and_on_after(fail: bool) -> 
         assert ready == []  # the stop was already requested: no "ready" line
     finally:
         gc.enable()
+
+
+async def test_a_start_failing_otherwise_still_stops_the_node_before_it_propagates() -> None:
+    """Not a JetlogError (a bug, a cancellation): the node is stopped first. Left to the loop's
+    shutdown, a cluster node's tasks were cancelled without its roles stopped, and the process
+    hung instead of exiting (a taken monitoring port did that, 2026-11-28)."""
+    import asyncio
+
+    from jetlog.cli import _serve_until_signal
+
+    for exc in (RuntimeError("bug"), asyncio.CancelledError()):
+        node = _Node(exc)
+        with pytest.raises(type(exc)):
+            await _serve_until_signal(node, None, asyncio.Event())
+        assert node.stopped
+
+
+async def test_a_taken_http_address_is_a_configuration_error_naming_it() -> None:
+    import socket
+
+    from prometheus_client import CollectorRegistry
+
+    from jetlog.errors import ConfigError
+    from jetlog.observe.http import HttpEndpoint
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        ep = HttpEndpoint(f"127.0.0.1:{port}", CollectorRegistry(), lambda: (True, "ready"), None)
+        with pytest.raises(ConfigError) as info:
+            await ep.start()
+    assert info.value.key == "http.listen"
+    # The words ``jetlog dev`` / ``LocalCluster`` look for to retry on a new port.
+    assert f"('127.0.0.1', {port}): address already in use" in str(info.value)
 
 
 def test_a_node_without_the_http_endpoint_does_not_import_prometheus() -> None:
