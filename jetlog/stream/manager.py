@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import msgspec
@@ -132,13 +133,11 @@ class StreamManager:
             recover_args=self._recover_args,
             read_consumers=self.read_consumers,
         )
+        ex = ThreadPoolExecutor(max(1, len(shares)), thread_name_prefix="jetlog-load")
+        reading = [ex.submit(read_all, self.root, sh, out) for sh, out in zip(shares, read, strict=True)]
+        ex.shutdown(wait=False)
         try:
-            await asyncio.gather(
-                *(
-                    asyncio.to_thread(read_all, self.root, sh, out)
-                    for sh, out in zip(shares, read, strict=True)
-                )
-            )
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in reading))
             pre = sorted((p for out in read for p in out), key=lambda p: p.name)
             failed: BaseException | None = None
             for p in pre:
@@ -162,10 +161,11 @@ class StreamManager:
                     self._subscribe(stream)
                     log.info("stream %s loaded: %s", stream.config.name, _brief(stream))
         finally:
-            # Whatever a failure left unopened: directory locks and files read ahead.
-            for out in read:
-                for p in out:
-                    p.discard()
+            # Whatever a failure left unopened: directory locks and files read ahead. A thread
+            # still reading (the load was cancelled) releases its share when it is done: until
+            # then only it touches that share.
+            for f, out in zip(reading, read, strict=True):
+                f.add_done_callback(functools.partial(_discard_all, out))
         if failed is not None:
             raise failed
 
@@ -419,6 +419,11 @@ def make_stream_dir(root: str, name: str, meta: bytes, *, fresh: bool, files: bo
     if new:
         fsync_dir(root)
     return had
+
+
+def _discard_all(out: list[Preloaded], _done: Future[None]) -> None:
+    for p in out:
+        p.discard()
 
 
 def _list_dirs(root: str) -> list[str]:

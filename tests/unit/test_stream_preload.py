@@ -18,7 +18,6 @@ from jetlog.config import Storage
 from jetlog.consumer.store import LoadedLog, read_log
 from jetlog.errors import StorageError
 from jetlog.log.filestore import recover_dir
-from jetlog.stream import manager as mgr
 from jetlog.stream.config import normalize_stream_config
 from jetlog.stream.manager import StreamManager
 from jetlog.stream.preload import Preloaded, preload
@@ -140,8 +139,9 @@ async def test_load_takes_a_few_thread_hops_whatever_the_number_of_streams(tmp_p
     await m.load()
     try:
         assert len(m.streams) == 12
-        # The listing and one reading thread (``LOAD_THREADS``); before, five per stream.
-        assert len(hops) == 1 + mgr.LOAD_THREADS, hops
+        # The listing only (the reading runs in ``LOAD_THREADS`` threads of its own); before,
+        # five hops per stream.
+        assert hops == ["_list_dirs"], hops
     finally:
         await m.close()
 
@@ -229,3 +229,32 @@ def test_preload_marks_a_store_it_cannot_lock_offline(tmp_path) -> None:  # type
     finally:
         held.discard()
     assert not _locked(_log_dir(data, "A"))
+
+
+async def test_a_load_cancelled_while_reading_releases_what_the_threads_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    data = str(tmp_path)
+    await _fill(data, {"A": 1, "B": 1})
+    gate = threading.Event()
+    reached = threading.Event()
+
+    def decode(raw: bytes) -> Any:
+        cfg = decode_stored_config(raw)
+        if cfg.name == "B":  # B's reading waits: the load is cancelled meanwhile
+            reached.set()
+            assert gate.wait(10)
+        return cfg
+
+    m = _manager(data, decode=decode, attach=_Attach())
+    task = asyncio.ensure_future(m.load())
+    assert await asyncio.to_thread(reached.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.set()  # B is recovered (and locked) after the cancellation...
+    deadline = time.monotonic() + 10
+    while _locked(_log_dir(data, "A")) or _locked(_log_dir(data, "B")):  # ...and released
+        assert time.monotonic() < deadline, "a store read by a cancelled load stayed locked"
+        await asyncio.sleep(0.02)
+    assert m.streams == {}
