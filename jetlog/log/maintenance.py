@@ -290,9 +290,9 @@ class Maintenance:
         except OSError as exc:
             log.warning("could not write index of %s (a crash would scan it): %s", seg.path, exc)
             return
-        if crc is not None:
-            # What a close compares with (``filestore._idx_current``): unchanged, no rewrite.
-            seg.idx_file = (covered, crc, epoch)
+        assert crc is not None  # ``writer_quiet`` requires the running CRC
+        # What a close compares with (``filestore._idx_current``): unchanged, no rewrite.
+        seg.idx_file = (covered, crc, epoch)
 
     def _track(self, coro: Any) -> None:
         """Run an index-file write as a task that ``indexes_written`` (close, truncation) waits

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -30,10 +31,6 @@ from jetlog.log.store import BatchInputError, OutOfRangeError, Pos, PositionErro
 from jetlog.wire import records as rc
 
 _HDR = rc.HEADER_SIZE
-_REC = rc.REC
-_RSZ = rc.REC_SIZE
-_RF_TTL = rc.RF_TTL
-_TTL = rc.TTL
 
 
 class Parsed(NamedTuple):
@@ -93,7 +90,8 @@ def parse_batches(
         raw = raw if isinstance(raw, bytes) else bytes(raw)
         i0 = len(out.seqs)
         if h.n_records:
-            _walk(raw, h, off, file, out)
+            # The columns, ``pos`` relative to the batch (the store adds where it lands).
+            rc.walk_records(raw, h, out, file=file, base=0, fail=functools.partial(BatchInputError, off))
         ops: list[tuple[int, int]] = []
         if h.n_ops:
             ops = rc.decode_ops(raw, h)
@@ -113,12 +111,6 @@ def parse_batches(
     if not file:
         out.pos.frombytes(bytes(4 * len(out.seqs)))
     return out
-
-
-def _walk(raw: bytes, h: rc.BatchHeader, off: int, file: bool, out: Reply) -> None:
-    """Append the records of a (decompressed) body to the reply's columns (``pos`` relative to
-    the batch), checking their layout."""
-    rc.walk_records(raw, h, out, file=file, base=0, fail=lambda reason: BatchInputError(off, reason))
 
 
 def subject_ids(ix: Index, names: dict[bytes, str]) -> dict[bytes, int]:

@@ -24,6 +24,7 @@ import msgspec
 
 from jetlog.errors import JetlogError, StorageError
 from jetlog.fsutil import fsync_dir, write_atomic
+from jetlog.log.filestore import RecoveredDir
 from jetlog.log.store import MsgStore
 from jetlog.stream.preload import Discardable, Preloaded, preload
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
@@ -362,7 +363,9 @@ class StreamManager:
             await self.attach_consumers(stream, self._consumer_dir(config), loaded)
         return stream
 
-    async def _open_store(self, config: Any, replicated: bool = False, recovered: Any = None) -> MsgStore:
+    async def _open_store(
+        self, config: Any, replicated: bool = False, recovered: RecoveredDir | None = None
+    ) -> MsgStore:
         from jetlog.log import FileStore, MemStore
 
         args = self._recover_args(config, replicated)
