@@ -35,10 +35,13 @@ PASS_BUDGET = 256
 FAST_RUNS = True
 """Deliver new messages in runs (``ConsumerDelivery._run``); tests turn it off to compare."""
 
-AHEAD_MSGS = 64
+AHEAD_MSGS = 256
 AHEAD_BYTES = 256 * 1024
 """New messages read ahead per consumer in one store pass (the first always, then up to these
-limits): one bulk read instead of a lookup and a read per delivery."""
+limits): one bulk read instead of a lookup and a read per delivery. The byte bound is what
+limits a lagging consumer's memory (256 messages of 128 B hold ~70 KB with their objects); 256
+rather than 64 messages took ~10 % off the node's CPU per delivery of small messages (fetch,
+3 alternating rounds), each refill's set-up shared by four times as many."""
 
 
 class ConsumerDelivery:
@@ -277,13 +280,19 @@ class ConsumerDelivery:
         host = self.host
         leaf = host.leaf
         limit = leaf.max_payload
-        mcl = leaf.max_control_line
         prefix = host.ack_prefix(self.name)
+        t = target.encode("utf-8", "surrogateescape")
+        # Control-line room for the stored subject: ``wire.encode_delivery``'s bound with the
+        # ack subject at its longest (five numbers of up to 20 digits); a subject too long for
+        # that takes the one-by-one path, which decides with the exact length.
+        room = leaf.max_control_line - 40 - len(t) - len(prefix) - 104
+        subjects: dict[str, bytes] = {}  # this run's stored subjects, encoded once
         cid = self.cid
         lg = host.clog if cid else None
         logged: list[int] = []  # the pass's deliveries: their log records are appended at once
+        frames: list[bytes] = []  # queued on the link at once, in order, by the finally below
         fc = p.flow_control
-        sent = used = 0
+        sent = used = payload = 0
         try:
             while sent < budget and ahead:
                 m = ahead[0]
@@ -301,34 +310,47 @@ class ConsumerDelivery:
                 n = len(hdr) + len(data)
                 if limit and n > limit:
                     break  # the one-by-one path logs it and waits (or ends the request)
+                subject = m.subject
+                sb = subjects.get(subject)
+                if sb is None:
+                    sb = subjects[subject] = subject.encode("utf-8", "surrogateescape")
+                if len(sb) > room:
+                    break
                 left = pending - 1 if pending > 0 else 0
                 # A new message: delivery count 1 (the ack subject's layout is ``_prepare``'s).
-                ack = prefix + b"%d.%d.%d.%d.%d" % (1, s, st.dseq + 1, m.ts, left)
-                size = len(m.subject) + len(ack) + n
+                ack = b"%b1.%d.%d.%d.%d" % (prefix, s, st.dseq + 1, m.ts, left)
+                size = len(subject) + len(ack) + n
                 if bytes_left and used + size > bytes_left:
                     break  # the one-by-one path ends the request (it does not fit)
-                frame = encode_delivery(target, ack, m.subject, hdr, data, mcl)
-                if frame is None:
-                    break
+                # ``wire.encode_delivery``'s frame, from parts checked above or where they came
+                # from (the target, the ack prefix of valid names, a stored subject).
+                if hdr:
+                    frames.append(b"HMSG %b %b@%b %d %d\r\n%b%b\r\n" % (t, ack, sb, len(hdr), n, hdr, data))
+                else:
+                    frames.append(b"LMSG %b %b@%b %d\r\n%b\r\n" % (t, ack, sb, n, data))
                 pending = left
                 st.deliver(s, now)
                 if lg is not None:
                     logged.append(s)
-                leaf.publish_frame(frame, n)
                 ahead.popleft()
                 start = s + 1
                 sent += 1
                 used += size
+                payload += n
                 if fc:
                     self._fc_sent += size
                     if not self._fc_pending and self._fc_sent >= self._fc_window // 2:
                         break  # the caller sends the flow-control request now
         finally:
-            # Written even when the pass stopped on an error: the log must hold every
-            # delivery the state already counts.
-            if logged:
-                assert lg is not None
-                lg.deliver_many(cid, logged, now)
+            # Queued and logged even when the pass stopped on an error: the state already
+            # counts these deliveries, and the log must hold every one it counts.
+            try:
+                if logged:
+                    assert lg is not None
+                    lg.deliver_many(cid, logged, now)
+            finally:
+                if frames:
+                    leaf.publish_frames(frames, payload)
         if sent:
             self._ahead_from = start
             if not ack_none and self._ack_timer is None:

@@ -11,10 +11,14 @@ import logging
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, islice
+from itertools import compress, islice, repeat
+from typing import TYPE_CHECKING
 
 from jetlog.log.index import Block, Index
 from jetlog.log.store import CommitListener, StoredHeaders, StoredMsg, StoreState, SubjectState
+
+if TYPE_CHECKING:
+    from jetlog.log.rawread import RunReader
 
 log = logging.getLogger("jetlog.log")
 
@@ -42,6 +46,18 @@ class IndexedStore:
     def _bulk_reader(self) -> Callable[[Block, int], StoredMsg]:
         """The reader ``iter_range`` uses for one pass (stores may return a faster one)."""
         return self._read
+
+    def _run_reader(self) -> RunReader:
+        """The reader ``load_ahead`` uses for runs of live entries in one pass (stores may
+        return a faster one; see ``rawread.RunReader`` for its contract)."""
+        read = self._bulk_reader()
+
+        def read_run(
+            blk: Block, i: int, j: int, out: list[StoredMsg], limit: int, max_bytes: int, used: int
+        ) -> int:
+            return _read_entries(read, zip(repeat(blk), range(i, j)), out, limit, max_bytes, used)
+
+        return read_run
 
     def _log_removal(self, ranges: list[tuple[int, int]], erase: bool) -> None:
         """Record removed sequence ranges (inclusive) for durability. Default: nothing."""
@@ -222,25 +238,25 @@ class IndexedStore:
         if start > bound or not ix.msgs or limit <= 0:
             return []
         sids = ix.subjects.resolve(subject)
+        if sids is None or (len(sids) == 1 and ix.subjects.count(next(iter(sids))) == ix.msgs):
+            # Every live message qualifies (no filter, or the only subject there is): walk the
+            # index in runs instead of one lookup per sequence of the subject's list.
+            out: list[StoredMsg] = []
+            read_run = self._run_reader()
+            used = 0
+            for run_blk, i, j in ix.iter_live_runs(start, bound):
+                used = read_run(run_blk, i, j, out, limit, max_bytes, used)
+                if len(out) >= limit or used >= max_bytes:
+                    break
+            return out
         entries: Iterable[tuple[Block | None, int]]
-        if sids is None:
-            entries = ix.iter_live_entries(start, bound)
-        elif len(sids) == 1:
+        if len(sids) == 1:
             entries = map(ix.live_entry, ix.subjects.seqs_from(next(iter(sids)), start, bound, limit))
         else:
             one = self.load_next(start, subject, max_seq)
             return [one] if one is not None else []
-        read = self._bulk_reader()
-        out: list[StoredMsg] = []
-        used = 0
-        for blk, i in entries:
-            if blk is None:
-                continue
-            m = read(blk, i)
-            out.append(m)
-            used += len(m.data) + len(m.hdr)
-            if len(out) >= limit or used >= max_bytes:
-                break
+        out = []
+        _read_entries(self._bulk_reader(), entries, out, limit, max_bytes, 0)
         return out
 
     def removal_mark(self) -> tuple[object, int]:
@@ -368,3 +384,25 @@ class IndexedStore:
 
     def ttl_entries(self) -> Iterable[tuple[int, int]]:
         return list(self._ix.ttl.items())
+
+
+def _read_entries(
+    read: Callable[[Block, int], StoredMsg],
+    entries: Iterable[tuple[Block | None, int]],
+    out: list[StoredMsg],
+    limit: int,
+    max_bytes: int,
+    used: int,
+) -> int:
+    """Append ``read`` of each ``(block, index)`` entry (those without a block skipped) to
+    ``out`` until it holds ``limit`` messages or ``used`` reaches ``max_bytes``; returns
+    ``used`` (payload and header bytes, counted on from the argument)."""
+    for blk, i in entries:
+        if blk is None:
+            continue
+        m = read(blk, i)
+        out.append(m)
+        used += len(m.data) + len(m.hdr)
+        if len(out) >= limit or used >= max_bytes:
+            break
+    return used

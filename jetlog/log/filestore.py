@@ -50,7 +50,7 @@ from jetlog.log.fileappend import append_records
 from jetlog.log.index import Block, Index
 from jetlog.log.maintenance import Maintenance, idx_snapshot
 from jetlog.log.pipeline import Flusher
-from jetlog.log.rawread import bulk_reader, stored_headers
+from jetlog.log.rawread import RunReader, bulk_reader, run_reader, stored_headers
 from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
 from jetlog.log.replica import cap_raw, check_max_batch, merge_op
 from jetlog.log.scrub import Scrub
@@ -530,6 +530,9 @@ class FileStore(IndexedStore):
 
     def _bulk_reader(self) -> Callable[[Block, int], StoredMsg]:
         return bulk_reader(self)
+
+    def _run_reader(self) -> RunReader:
+        return run_reader(self)
 
     def iter_headers(self, start: int, last: int) -> Iterator[StoredHeaders]:
         # Committed records come from stored runs, one pread per few MiB and no per-record

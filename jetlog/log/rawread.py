@@ -328,3 +328,66 @@ def bulk_reader(store: RawReadHost) -> Callable[[Block, int], StoredMsg]:
         return StoredMsg(seq, names[blk.sid[i]], buf[h : h + hlen], buf[h + hlen : end], ts)
 
     return read
+
+
+RunReader = Callable[["Block", int, int, list[StoredMsg], int, int, int], int]
+"""``read_run(blk, i, j, out, limit, max_bytes, used) -> used``: append the messages of the
+live entries ``i <= t < j`` of ``blk`` to ``out`` until it holds ``limit`` messages or
+``used`` (payload and header bytes, counted on from the argument) reaches ``max_bytes``."""
+
+
+def run_reader(store: RawReadHost) -> RunReader:
+    """``FileStore``'s reader of runs of live entries for one read-ahead pass (``load_ahead``):
+    ``bulk_reader``'s checks with the per-record work of a whole run in one loop. The chunk of
+    the previous record is kept while the run stays in it (one cache lookup per chunk, not per
+    record) and messages are built as plain tuples of ``StoredMsg``'s layout (its generated
+    ``__new__`` is a Python call). A consumer's read-ahead spends most of its time here:
+    2.2 → ~0.9 µs per 128-byte message."""
+    chunks = store._chunks
+    names = store._ix.subjects.names
+    committed = store._committed  # fixed for the pass: the pass runs without yielding the loop
+    slow = store._read
+    unpack = rc.REC.unpack_from
+    rec_size = rc.REC_SIZE
+    rf_ttl = rc.RF_TTL
+    make = tuple.__new__
+    msg = StoredMsg
+
+    def read_run(
+        blk: Block, i: int, j: int, out: list[StoredMsg], limit: int, max_bytes: int, used: int
+    ) -> int:
+        j = min(j, i + limit - len(out))  # no more entries than ``out`` has room for
+        seg = blk.seg
+        base, gen = seg.base, seg.gen
+        have = -1  # the chunk number ``buf`` holds (-1: none looked up yet)
+        buf = b""
+        cols = zip(range(i, j), blk.seqs[i:j], blk.aux[i:j], blk.pos[i:j], blk.sid[i:j], strict=True)
+        for t, seq, aux, pos, sid in cols:
+            if seq <= committed and not aux & COMPRESSED:
+                c = pos // CHUNK
+                off = pos - c * CHUNK
+                if c != have:
+                    buf = chunks.get((base, gen, c)) or b""
+                    have = c
+                if off + aux <= len(buf):
+                    crc, rseq, ts, slen, flags, _rsv, hlen, dlen = unpack(buf, off)
+                    p = off + rec_size + (8 if flags & rf_ttl else 0)
+                    end = p + slen + hlen + dlen
+                    if rseq == seq and end <= off + aux and crc32c(buf[off + 4 : end]) == crc:
+                        h = p + slen
+                        out.append(make(msg, (seq, names[sid], buf[h : h + hlen], buf[h + hlen : end], ts)))
+                        used += hlen + dlen
+                        if used >= max_bytes:
+                            break
+                        continue
+            # Anything the fast path cannot vouch for: ``_read`` loads the chunk (which may
+            # replace the cached one) or raises the precise error.
+            m = slow(blk, t)
+            have = -1
+            out.append(m)
+            used += len(m.data) + len(m.hdr)
+            if used >= max_bytes:
+                break
+        return used
+
+    return read_run

@@ -474,6 +474,27 @@ class LeafIO:
         stats.msgs_out += 1
         stats.bytes_out += size
 
+    def publish_frames(self, frames: list[bytes], size: int) -> None:
+        """Queue frames made by ``wire.encode_delivery``, in order (a consumer's delivery run;
+        ``size``: their header + payload bytes). Raises like :meth:`publish`; when
+        disconnected, the frames before the one that overflows the pending buffer stay queued."""
+        if self._state is LinkState.CONNECTED:
+            if not self._wbuf:
+                self._wbuf_since = time.monotonic()
+            self._wbuf.extend(frames)
+            self._wbuf_bytes += sum(map(len, frames))
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop = self._loop
+                assert loop is not None
+                loop.call_soon(self._flush)
+        else:
+            for f in frames:
+                self._queue_frame(f)
+        stats = self.stats
+        stats.msgs_out += len(frames)
+        stats.bytes_out += size
+
     def _queue_frame(self, frame: bytes) -> None:
         if self._state is LinkState.CONNECTED:
             if not self._wbuf:

@@ -80,22 +80,26 @@ async def test_file_store_iter_range_matches_load(tmp_path, compression: bool) -
     )
 
 
-async def test_file_store_iter_range_detects_corruption(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from jetlog.errors import CorruptSegmentError
-
-    st = await FileStore.open(str(tmp_path))
+async def damaged_store(path) -> FileStore:  # type: ignore[no-untyped-def]
+    """A store of 20 messages on subject ``x`` whose 14th payload was overwritten on disk,
+    opened without the open-time check (the damage is met by reads)."""
+    st = await FileStore.open(str(path))
     for i in range(20):
         st.append("x", b"", b"payload-%d" % i, 1_000 + i)
     await st.flush()
     await st.close()
-    seg = sorted(f for f in os.listdir(tmp_path) if f.endswith(".log"))[0]
-    path = os.path.join(tmp_path, seg)
-    with open(path, "r+b") as f:
+    seg = sorted(f for f in os.listdir(path) if f.endswith(".log"))[0]
+    with open(os.path.join(path, seg), "r+b") as f:
         data = f.read()
-        i = data.index(b"payload-13")
-        f.seek(i)
+        f.seek(data.index(b"payload-13"))
         f.write(b"PAYLOAD")
-    st = await FileStore.open(str(tmp_path), verify=False)
+    return await FileStore.open(str(path), verify=False)
+
+
+async def test_file_store_iter_range_detects_corruption(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from jetlog.errors import CorruptSegmentError
+
+    st = await damaged_store(tmp_path)
     try:
         got = []
         with pytest.raises(CorruptSegmentError):
