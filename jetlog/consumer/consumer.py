@@ -355,6 +355,46 @@ class Consumer(ConsumerPush):
 
     # ---- acks ------------------------------------------------------------------------------
 
+    def on_acks(self, acks: list[tuple[int, int]]) -> None:
+        """Plain ``+ACK``s without a reply subject, ``(stream seq, consumer seq)`` in arrival
+        order (one socket read's, see ``ConsumerService._on_ack_run``): ``on_ack`` for each,
+        with their consumer-log records appended in one call. Where an ack releases messages
+        (work-queue or interest retention), the records so far are appended before the
+        release, as one by one."""
+        now = self._now()
+        self._touch(now)
+        st, p = self.state, self.p
+        if p.ack_policy == ACK_NONE:
+            return  # no reply subject: nothing to answer
+        cap = p.max_ack_pending
+        pol = self.stream.policy
+        releases = pol.workqueue or pol.interest
+        logged: list[tuple[int, int]] = []
+        for sseq, dseq in acks:
+            full = cap and len(st.pending) >= cap
+            ok, removed = st.ack(sseq, dseq, now)
+            if ok:
+                self.acks += 1
+                logged.append((sseq, dseq))
+            if not removed:
+                continue
+            self._unqueue(removed)
+            if releases:
+                self._log_acks(logged)
+                logged = []
+                self.host.on_acked(self, removed)
+            if full:
+                self.kick()
+        self._log_acks(logged)
+
+    def _unqueue(self, removed: list[int]) -> None:
+        """Drop acknowledged messages from the redelivery queue."""
+        for s in removed:
+            if s in self._rdq_set:
+                self._rdq_set.discard(s)
+                self._rdq = [x for x in self._rdq if x != s]
+                heapq.heapify(self._rdq)
+
     def on_ack(self, sseq: int, dseq: int, kind: str, arg: Any, reply: str | None) -> None:
         """Process one ack-subject message (already parsed; see ``jetlog.consumer.wire``)."""
         now = self._now()
@@ -373,11 +413,7 @@ class Consumer(ConsumerPush):
             if ok:
                 self.acks += 1
                 self._log("ack", sseq, dseq)
-            for s in removed:
-                if s in self._rdq_set:
-                    self._rdq_set.discard(s)
-                    self._rdq = [x for x in self._rdq if x != s]
-                    heapq.heapify(self._rdq)
+            self._unqueue(removed)
             if removed:
                 self.host.on_acked(self, removed)
             if kind == "term":

@@ -511,6 +511,12 @@ class ConsumerDelivery:
 
     # ---- persistence -----------------------------------------------------------------------
 
+    def _log_acks(self, acks: list[tuple[int, int]]) -> None:
+        """``_log("ack", sseq, dseq)`` for each of ``acks``, appended in one call."""
+        lg = self.host.clog
+        if acks and lg is not None and self.cid:
+            lg.ack_many(self.cid, acks)
+
     def _log(self, what: str, a: int, b: int = 0) -> None:
         lg = self.host.clog
         if lg is None or not self.cid:

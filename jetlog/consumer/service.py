@@ -72,7 +72,7 @@ class ConsumerService:
             parse_pull=self.parse_pull,
         )
         stream.consumers = cset
-        sub = self.leaf.subscribe(f"$JS.ACK.{stream.name}.>", self._on_ack)
+        sub = self.leaf.subscribe(f"$JS.ACK.{stream.name}.>", self._on_ack, run_cb=self._on_ack_run)
         cset.on_close = lambda: self.leaf.unsubscribe(sub)
         cset.recover()
 
@@ -107,6 +107,16 @@ class ConsumerService:
     # ---- leaf callbacks (synchronous, from the link's reader) ---------------------------------
 
     def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        target = self._ack_target(subject, reply)
+        if target is None:
+            return
+        c, sseq, dseq = target
+        kind, arg = self.parse_ack(payload)
+        c.on_ack(sseq, dseq, kind, arg, reply)
+
+    def _ack_target(self, subject: str, reply: str | None) -> tuple[Consumer, int, int] | None:
+        """The consumer an ack subject names and its stream and consumer sequences; None when
+        the ack is to be ignored (answering an unknown consumer's acker as the server would)."""
         t = subject.split(".")
         n = len(t)
         if n == 9:
@@ -114,18 +124,49 @@ class ConsumerService:
         elif n >= 11:
             stream, consumer, dc, sseq, dseq = t[4], t[5], t[6], t[7], t[8]
         else:
-            return
+            return None
         if not (sseq.isdigit() and dseq.isdigit() and dc.isdigit()):
-            return  # nats-server ignores malformed ack subjects (no reply)
+            return None  # nats-server ignores malformed ack subjects (no reply)
         if self.ack_owner is not None and not self.ack_owner(stream):
-            return
+            return None
         c = self.lookup(stream, consumer)
         if c is None:
             if reply:
                 self.leaf.publish(reply, b"", hdr=F.no_responders(subject))
-            return
-        kind, arg = self.parse_ack(payload)
-        c.on_ack(int(sseq), int(dseq), kind, arg, reply)
+            return None
+        return c, int(sseq), int(dseq)
+
+    def _on_ack_run(self, run: list[Any]) -> None:
+        """The acks of one stream in one socket read, in order (the leaf link's run of
+        ``MSG`` events). Consecutive plain acks of one consumer without a reply subject (what
+        a client acking each message sends) are applied together (``Consumer.on_acks``: one
+        consumer-log append for all of them); anything else goes through ``_on_ack`` where
+        it stands, so the order of every ack is kept."""
+        parse = self.parse_ack
+        batch: list[tuple[int, int]] = []
+        owner: Consumer | None = None
+        for ev in run:
+            subject, reply, hdr, payload = ev[1], ev[2], ev[3], ev[4]
+            if reply is None and parse(payload)[0] == "ack":
+                target = self._ack_target(subject, None)
+                if target is None:
+                    continue
+                c, sseq, dseq = target
+                if c is not owner:
+                    if batch:
+                        assert owner is not None
+                        owner.on_acks(batch)
+                    owner, batch = c, []
+                batch.append((sseq, dseq))
+                continue
+            if batch:
+                assert owner is not None
+                owner.on_acks(batch)
+                owner, batch = None, []
+            self._on_ack(subject, reply, hdr, payload)
+        if batch:
+            assert owner is not None
+            owner.on_acks(batch)
 
     def _on_fc(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
         t = subject.split(".")

@@ -270,6 +270,16 @@ class ConsumerLog:
         tail = ACK_TAIL.pack(1 + CID_SEQ_SEQ.size, ACK, cid, sseq, dseq)
         self._append(U32.pack(crc32c(tail)) + tail)
 
+    def ack_many(self, cid: int, acks: list[tuple[int, int]]) -> None:
+        """``ack`` for each ``(sseq, dseq)`` of ``acks`` (in order): the same ACK records in
+        one append, like ``deliver_many``."""
+        pack, cpack, size = ACK_TAIL.pack, U32.pack, 1 + CID_SEQ_SEQ.size
+        recs = []
+        for sseq, dseq in acks:
+            tail = pack(size, ACK, cid, sseq, dseq)
+            recs.append(cpack(crc32c(tail)) + tail)
+        self._append_many(recs)
+
     def drop(self, cid: int, sseq: int) -> None:
         self._append(record(DROP, CID_SEQ.pack(cid, sseq)))
 
