@@ -143,9 +143,9 @@ class ApiRouter:
 
         The link is the client link the requests arrive on, as for JSON replies: a reply
         written there leaves at once, where the leaf link's would wait a loop pass for its
-        flush (a Direct Get's p50 went 392–449 → 374–414 µs), and a server that allows responses only
-        on the connection that got the request accepts it. The leaf link carries them while
-        the client link is down."""
+        flush (a Direct Get's p50 went from 392-449 to 374-414 µs), and a server that allows
+        responses only on the connection that got the request accepts it. The leaf link
+        carries them while the client link is down."""
         client = self.node.client
         out: Any = client if client.connected else self.node.egress
         try:
