@@ -18,7 +18,7 @@ from jetlog.consumer.policy import ConsumerPolicy
 from jetlog.consumer.pull import WaitQueue
 from jetlog.consumer.state import ACK_NONE, ConsumerState
 from jetlog.log.store import StoredMsg
-from jetlog.wire.leaf import encode_delivery
+from jetlog.wire.leaf import DELIVERY_LINE_SLACK, delivery_frame, encode_delivery
 
 if TYPE_CHECKING:
     from jetlog.consumer.host import ConsumerHost
@@ -285,7 +285,7 @@ class ConsumerDelivery:
         # Control-line room for the stored subject: ``wire.encode_delivery``'s bound with the
         # ack subject at its longest (five numbers of up to 20 digits); a subject too long for
         # that takes the one-by-one path, which decides with the exact length.
-        room = leaf.max_control_line - 40 - len(t) - len(prefix) - 104
+        room = leaf.max_control_line - DELIVERY_LINE_SLACK - len(t) - len(prefix) - 104
         subjects: dict[str, bytes] = {}  # this run's stored subjects, encoded once
         cid = self.cid
         lg = host.clog if cid else None
@@ -322,12 +322,9 @@ class ConsumerDelivery:
                 size = len(subject) + len(ack) + n
                 if bytes_left and used + size > bytes_left:
                     break  # the one-by-one path ends the request (it does not fit)
-                # ``wire.encode_delivery``'s frame, from parts checked above or where they came
-                # from (the target, the ack prefix of valid names, a stored subject).
-                if hdr:
-                    frames.append(b"HMSG %b %b@%b %d %d\r\n%b%b\r\n" % (t, ack, sb, len(hdr), n, hdr, data))
-                else:
-                    frames.append(b"LMSG %b %b@%b %d\r\n%b\r\n" % (t, ack, sb, n, data))
+                # Parts checked above or where they came from (the target, the ack prefix of
+                # valid names, a stored subject).
+                frames.append(delivery_frame(t, ack, sb, hdr, data))
                 pending = left
                 st.deliver(s, now)
                 if lg is not None:

@@ -107,12 +107,13 @@ class ConsumerService:
     # ---- leaf callbacks (synchronous, from the link's reader) ---------------------------------
 
     def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        self._ack(subject, reply, *self.parse_ack(payload))
+
+    def _ack(self, subject: str, reply: str | None, kind: str, arg: Any) -> None:
         target = self._ack_target(subject, reply)
-        if target is None:
-            return
-        c, sseq, dseq = target
-        kind, arg = self.parse_ack(payload)
-        c.on_ack(sseq, dseq, kind, arg, reply)
+        if target is not None:
+            c, sseq, dseq = target
+            c.on_ack(sseq, dseq, kind, arg, reply)
 
     def _ack_target(self, subject: str, reply: str | None) -> tuple[Consumer, int, int] | None:
         """The consumer an ack subject names and its stream and consumer sequences; None when
@@ -146,8 +147,9 @@ class ConsumerService:
         batch: list[tuple[int, int]] = []
         owner: Consumer | None = None
         for ev in run:
-            subject, reply, hdr, payload = ev[1], ev[2], ev[3], ev[4]
-            if reply is None and parse(payload)[0] == "ack":
+            subject, reply = ev[1], ev[2]
+            kind, arg = parse(ev[4])
+            if reply is None and kind == "ack":
                 target = self._ack_target(subject, None)
                 if target is None:
                     continue
@@ -163,7 +165,7 @@ class ConsumerService:
                 assert owner is not None
                 owner.on_acks(batch)
                 owner, batch = None, []
-            self._on_ack(subject, reply, hdr, payload)
+            self._ack(subject, reply, kind, arg)
         if batch:
             assert owner is not None
             owner.on_acks(batch)

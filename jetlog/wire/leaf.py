@@ -414,12 +414,30 @@ def encode_delivery(
     when the control line might be longer than ``max_control_line`` (``encode_msg`` decides)."""
     t = target.encode("utf-8", "surrogateescape")
     s = subject.encode("utf-8", "surrogateescape")
-    if len(t) + len(ack) + len(s) > max_control_line - 40:
+    if len(t) + len(ack) + len(s) > max_control_line - DELIVERY_LINE_SLACK:
         return None
+    return delivery_frame(t, ack, s, hdr, payload)
+
+
+DELIVERY_LINE_SLACK = 40
+"""Room ``encode_delivery`` leaves in the control line for the op, spaces and sizes."""
+
+
+def delivery_frame(target: bytes, ack: bytes, subject: bytes, hdr: bytes, payload: bytes) -> bytes:
+    """The frame of ``encode_delivery`` from encoded parts, unchecked: for a caller that
+    bounded the control line itself (a consumer's delivery run encodes the target once)."""
     if hdr:
         hlen = len(hdr)
-        return b"HMSG %b %b@%b %d %d\r\n%b%b\r\n" % (t, ack, s, hlen, hlen + len(payload), hdr, payload)
-    return b"LMSG %b %b@%b %d\r\n%b\r\n" % (t, ack, s, len(payload), payload)
+        return b"HMSG %b %b@%b %d %d\r\n%b%b\r\n" % (
+            target,
+            ack,
+            subject,
+            hlen,
+            hlen + len(payload),
+            hdr,
+            payload,
+        )
+    return b"LMSG %b %b@%b %d\r\n%b\r\n" % (target, ack, subject, len(payload), payload)
 
 
 def encode_msg(
