@@ -25,6 +25,7 @@ from functools import lru_cache
 import pyarrow as pa
 
 from jetlog.spark.natsio import Connection, Msg, NatsConnectionError, NatsError
+from jetlog.spark.natsproto import NatsTimeout
 from jetlog.spark.offsets import DataLossError, StreamPosition, data_loss_message
 from jetlog.spark.options import DEFAULT_DIRECT_MAX_BYTES, FetchMode
 from jetlog.spark.rawarrow import raw_frame_to_batch
@@ -426,17 +427,25 @@ def _direct_error(stream: str, m: Msg) -> FetchError:
     return FetchError(f"Direct Get {stream}: status {m.status} {m.description}".rstrip())
 
 
+TIMEOUT_RETRIES = 2
+"""Requests of one ``read_range`` that may go unanswered (each after the request timeout)."""
+
+
 def read_range(
     conn: Connection, stream: str, start: int, end: int, settings: FetchSettings, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     """Yield ``start <= seq < end`` of ``stream`` with the configured fetch path.
 
     A connection lost mid-range is re-established once and the read resumes after the last
-    record yielded (records already yielded are never repeated).
+    record yielded (records already yielded are never repeated). A request left without a
+    reply is asked again from there, up to ``TIMEOUT_RETRIES`` times: the replica the
+    upstream's queue group handed it to can die with it (a ``kill -9`` between the server
+    routing the request and noticing the closed connection), and reads are idempotent.
     """
     mode = settings.mode
     seq = start
     reconnected = False
+    timeouts = 0
     while seq < end:
         try:
             it: Generator[pa.RecordBatch, None, None]
@@ -467,3 +476,7 @@ def read_range(
                 raise
             reconnected = True
             conn.reconnect()
+        except NatsTimeout:
+            if timeouts >= TIMEOUT_RETRIES:
+                raise
+            timeouts += 1

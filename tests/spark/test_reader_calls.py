@@ -187,3 +187,49 @@ def test_pipelined_bulk_reads_stay_ordered_and_complete(jetlog: Backend, fmt: st
         assert again.column("seq").to_pylist() == [q for q in want if q >= 2990]
     finally:
         conn.close()
+
+
+def test_a_request_lost_with_its_responder_is_asked_again(jetlog: Backend) -> None:
+    """A FETCH request the upstream hands to a replica that dies with it gets no reply: the
+    read asks again from the first record not yet yielded, and yields every record once. The
+    dying replica is a member of the node's queue group that takes one request and answers
+    nothing (an ``UNSUB`` with a limit of 1: the server drops it after that one)."""
+    from jetlog.spark.fetch import FetchSettings, read_range
+    from jetlog.spark.natsio import Connection, ConnectOptions
+
+    s = jetlog.name("RLOST")
+    jetlog.add_stream(s, [f"{s.lower()}.>"])
+    seqs = jetlog.publish(f"{s.lower()}.x", [b"r%05d" % i for i in range(2000)])
+    schema = pa.schema(
+        [
+            ("stream", pa.string()),
+            ("seq", pa.int64()),
+            ("subject", pa.string()),
+            ("data", pa.binary()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    swallowed: list[str] = []
+
+    async def hole(msg: Any) -> None:
+        swallowed.append(msg.subject)
+
+    async def dying_member() -> None:
+        sub = await jetlog.nc.subscribe(f"$JETLOG.API.FETCH.{s}", queue="jetlog", cb=hole)
+        await sub.unsubscribe(limit=1)  # the server drops it after one message
+        await jetlog.nc.flush()
+
+    jetlog.bg.run(dying_member())
+    conn = Connection.connect(ConnectOptions(servers=(jetlog.url,)))
+    try:
+        # 1 KB per reply, one request at a time: dozens of requests, each handed to the dying
+        # member or to the node by the server's choice.
+        settings = FetchSettings("bulk", False, 1000, 1000, 1.0, True, 1, "jlr1")
+        batches = list(read_range(conn, s, 1, seqs[-1] + 1, settings, schema))
+        table = pa.Table.from_batches(batches, schema)
+        assert table.column("seq").to_pylist() == seqs
+        assert table.column("data").to_pylist() == [b"r%05d" % i for i in range(2000)]
+        assert swallowed == [f"$JETLOG.API.FETCH.{s}"]  # one request was lost, and recovered
+        assert not conn._waiting and not conn._stash
+    finally:
+        conn.close()
