@@ -20,6 +20,7 @@ import mmap
 import os
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from crc32c import crc32c
@@ -76,6 +77,45 @@ class SegmentIO(Protocol):
     def close(self, fd: int) -> None: ...
 
 
+WRITE_CHUNK = 512 << 10
+"""Bytes per ``pwritev`` at most. A group commit can be megabytes (a 16 KiB publish flood
+writes 1-3 MB jobs), and one buffered write of 2 MiB or more lets Linux (6.18 here, ext4
+with large folios) put it in 2 MiB page-cache folios. On the test VM (Firecracker) such a
+write costs at times 10-20x per byte (27-47 against 2.3 us per 16 KiB, whole files at a
+time, one run in three to six), never with writes of 1 MiB or less (2.3-2.6 us). Measured
+in the node: 3-22 us per 16 KiB written, rising with the job size, ~30 % of its CPU time."""
+IOV_MAX = 512
+"""Buffers per ``pwritev`` at most (Linux allows 1024)."""
+
+
+def write_chunks(
+    bufs: list[bytes], limit: int = WRITE_CHUNK, max_iov: int = IOV_MAX
+) -> Iterator[list[bytes | memoryview]]:
+    """Split ``bufs`` into consecutive chunks of at most ``limit`` bytes and ``max_iov``
+    buffers, in order (a buffer longer than the room left is cut into ``memoryview`` slices);
+    joined, the chunks are ``bufs`` joined. Pure: ``OsIO.write`` does one ``pwritev`` each."""
+    chunk: list[bytes | memoryview] = []
+    size = 0
+    for b in bufs:
+        n = len(b)
+        off = 0
+        while size + n - off > limit:  # fill the chunk up with a slice, pass it on
+            take = limit - size
+            if take:
+                chunk.append(memoryview(b)[off : off + take])
+                off += take
+            yield chunk
+            chunk, size = [], 0
+        if off < n:
+            chunk.append(memoryview(b)[off:] if off else b)
+            size += n - off
+        if len(chunk) >= max_iov:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
 class OsIO:
     """``SegmentIO`` on the real file system."""
 
@@ -83,13 +123,11 @@ class OsIO:
         return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
 
     def write(self, fd: int, bufs: list[bytes], at: int) -> None:
-        # pwritev in chunks (IOV_MAX is 1024 on Linux); a short write is retried from where it
+        # pwritev in chunks (``write_chunks``); a short write is retried from where it
         # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
         # file may be preallocated past the data (``preallocate``).
-        i = 0
-        while i < len(bufs):
-            chunk = bufs[i : i + 512]
-            want = sum(len(b) for b in chunk)
+        for chunk in write_chunks(bufs):
+            want = sum(map(len, chunk))
             done = os.pwritev(fd, chunk, at)
             at += done
             if done != want:
@@ -98,7 +136,6 @@ class OsIO:
                     n = os.pwrite(fd, rest, at)
                     rest = rest[n:]
                     at += n
-            i += 512
 
     def preallocate(self, fd: int, offset: int, length: int) -> None:
         os.posix_fallocate(fd, offset, length)
