@@ -10,13 +10,14 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jetlog.api.models import StreamConfigRequest
 from jetlog.errors import ApiError, E
-from jetlog.log import FileStore, MemStore
+from jetlog.log import FileStore, MemStore, fileappend
 from jetlog.log.fileappend import SPLIT_AT
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
 from jetlog.stream.stream import FOLLOWER, LEADER, Stream
@@ -63,11 +64,11 @@ def _payload(i: int, size: int) -> bytes:
     return (b"%d:" % i + bytes(range(256)) * (size // 256 + 1))[:size]
 
 
-async def _both(runs: list[Any], compression: bool, batch: int) -> None:
+async def _both(runs: list[Any], compression: bool, batch: int, segment_bytes: int = 4096) -> None:
     with tempfile.TemporaryDirectory() as a_dir, tempfile.TemporaryDirectory() as b_dir:
         opts: dict[str, Any] = {
             "compression": compression,
-            "segment_bytes": 4096,
+            "segment_bytes": segment_bytes,
             "syncer": "thread",
             "auto_compact": False,
         }
@@ -105,7 +106,7 @@ async def _both(runs: list[Any], compression: bool, batch: int) -> None:
             # Small segments roll within runs, once more than a segment's worth is stored (each
             # record takes at least its accounted size on disk; 20 empty messages fit in one).
             # One record larger than a segment has it to itself.
-            assert len(_files(a_dir)) > 1 or a.state().bytes < 4096 or a.state().messages == 1
+            assert len(_files(a_dir)) > 1 or a.state().bytes < segment_bytes or a.state().messages == 1
         finally:
             await a.close()
             await b.close()
@@ -125,6 +126,49 @@ async def _both(runs: list[Any], compression: bool, batch: int) -> None:
 @given(runs=runs_st, compression=st.booleans(), batch=st.sampled_from([1024, 2048, 1 << 20]))
 def test_append_run_stores_what_append_stores(runs: list[Any], compression: bool, batch: int) -> None:
     asyncio.run(_both(runs, compression, batch))
+
+
+# Runs of one subject with small payloads: the ones ``_append_uniform`` lays down a list at a
+# time when they fit the open batch and the segment (and the loop takes when they do not).
+uniform_runs_st = st.lists(
+    st.tuples(
+        st.integers(0, len(SUBJECTS) - 1).flatmap(
+            lambda k: st.lists(st.tuples(st.just(k), st.integers(0, 400)), min_size=1, max_size=60)
+        ),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    runs=uniform_runs_st,
+    compression=st.booleans(),
+    batch=st.sampled_from([1024, 4096, 1 << 20]),
+    segment_bytes=st.sampled_from([4096, 16384, 1 << 20]),
+)
+def test_uniform_runs_store_what_append_stores(
+    runs: list[Any], compression: bool, batch: int, segment_bytes: int
+) -> None:
+    asyncio.run(_both(runs, compression, batch, segment_bytes))
+
+
+def test_uniform_runs_take_the_list_path_when_they_fit() -> None:
+    taken: list[int] = []
+    real = fileappend._append_uniform
+
+    def spy(*args: Any) -> int:
+        last = real(*args)
+        taken.append(last)
+        return last
+
+    # One subject, a run that fits, one that crosses a 16 KiB segment, one of mixed subjects.
+    runs = [([(0, 100)] * 30, False), ([(1, 300)] * 60, True), ([(0, 50), (1, 50)] * 5, False)]
+    with mock.patch.object(fileappend, "_append_uniform", spy):
+        asyncio.run(_both(runs, False, 1 << 20, 16384))
+    assert len(taken) == 3 and taken[0] == 30 and taken[1] == 0 and taken[2] == 0
 
 
 # ---- the stream ---------------------------------------------------------------------------
