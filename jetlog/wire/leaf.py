@@ -190,8 +190,28 @@ class LeafParser:
         mcl = self.max_control_line
         self._need = 0
         lmsg = _LMSG_LINE.match
+        # The last LMSG control line without a reply (CRLF included) and what it parsed to: a
+        # publisher's messages of one size to one subject (a capture flood) repeat it byte for
+        # byte, and an equal line parses the same, so it skips the match, decode and int.
+        same = b""
+        startswith = buf.startswith
+        s_subj = ""
+        s_len = s_size = 0
         while pos < n:
             if buf[pos] == 76:  # "L"
+                if s_len and startswith(same, pos):
+                    start = pos + s_len
+                    end = start + s_size
+                    if end + 2 > n:
+                        self._need = end + 2 - pos
+                        return pos
+                    if buf[end] != 13 or buf[end + 1] != 10:
+                        raise ProtocolError(
+                            f"payload not terminated by CRLF after {_snip(buf, pos, start - 2)}"
+                        )
+                    append((MSG, s_subj, None, b"", buf[start:end], _NOQ))
+                    pos = end + 2
+                    continue
                 m = lmsg(buf, pos)
                 if m is not None:
                     start = m.end()
@@ -213,6 +233,9 @@ class LeafParser:
                         subj = _dec(sb)
                         reply = None if rb is None else _dec(rb)
                     append((MSG, subj, reply, b"", buf[start:end], _NOQ))
+                    if rb is None:  # a reply differs per message (requests, PubAck inboxes)
+                        same = buf[pos:start]
+                        s_subj, s_len, s_size = subj, start - pos, end - start
                     pos = end + 2
                     continue
             eol = find(b"\r\n", pos)

@@ -429,3 +429,40 @@ def test_a_read_completing_a_held_back_frame_is_parsed_in_place() -> None:
     first = p.feed(data[:cut])
     rest = p.feed(data[cut:])
     assert [e[4] for e in first + rest] == [bytes([i]) * size for i in range(n)]
+
+
+# Frames drawn from a few subjects and sizes, most without a reply: runs of byte-equal control
+# lines (the parser's shortcut for them), and lines that extend one another ("a 1" / "a 12",
+# "a" / "a.b"), with a reply or headers now and then breaking the run.
+repeat_frame = st.tuples(
+    st.just("msg"),
+    st.sampled_from(["a", "a.b", "ab", "LMSG"]),
+    st.one_of(st.none(), st.none(), st.none(), st.sampled_from(["r", "_INBOX.x"])),
+    st.sampled_from([b"", b"", b"", b"NATS/1.0\r\n\r\n"]),
+    st.sampled_from([b"", b"x", b"1\r\n", b"LMSG a 1\r\n", b"y" * 12, b"z" * 128]),
+    st.just(()),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(repeat_frame, min_size=1, max_size=40), st.lists(st.integers(0, 2000), max_size=6))
+def test_repeated_control_lines_parse_like_any_other(frames: list[tuple[Any, ...]], cuts: list[int]) -> None:
+    encoded = [encode(f) for f in frames]
+    data = b"".join(e for e, _ in encoded)
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    p = LeafParser()
+    out: list[Any] = []
+    prev = 0
+    for c in [*points, len(data)]:
+        out.extend(p.feed(data[prev:c]))
+        prev = c
+    assert out == [ev for _, ev in encoded]
+    assert p.buffered == 0
+
+
+def test_a_repeated_line_whose_payload_is_not_terminated_is_refused() -> None:
+    good = leaf.encode_msg("s.a", b"12345")
+    p = LeafParser()
+    assert len(p.feed(good + good)) == 2
+    with pytest.raises(ProtocolError):
+        p.feed(good + good[:-2] + b"XX")
