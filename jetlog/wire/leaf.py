@@ -192,7 +192,9 @@ class LeafParser:
         lmsg = _LMSG_LINE.match
         # The last LMSG control line without a reply (CRLF included) and what it parsed to: a
         # publisher's messages of one size to one subject (a capture flood) repeat it byte for
-        # byte, and an equal line parses the same, so it skips the match, decode and int.
+        # byte, and an equal line parses the same, so it skips the match, decode and int. Its
+        # bounds and CRLF checks repeat the matched path's on purpose: sharing them through a
+        # sentinel cost ~45 ns per message (+12 %) in either path.
         same = b""
         startswith = buf.startswith
         s_subj = ""

@@ -343,12 +343,11 @@ def encode(f: tuple[Any, ...]) -> tuple[bytes, tuple[Any, ...]]:
     return leaf.PONG_FRAME, (PONG,)
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(frame, min_size=1, max_size=12), st.lists(st.integers(0, 400), max_size=12))
-def test_round_trip_arbitrary_chunking(frames: list[tuple[Any, ...]], cuts: list[int]) -> None:
+def _round_trip_in_pieces(frames: list[tuple[Any, ...]], cuts: list[int]) -> None:
+    """Encode ``frames``, feed the bytes cut at ``cuts`` (modulo their length): the parser
+    gives back exactly the frames' events and holds nothing."""
     encoded = [encode(f) for f in frames]
     data = b"".join(e for e, _ in encoded)
-    expected = [ev for _, ev in encoded]
     points = sorted({c % (len(data) + 1) for c in cuts})
     p = LeafParser()
     out: list[Any] = []
@@ -356,8 +355,14 @@ def test_round_trip_arbitrary_chunking(frames: list[tuple[Any, ...]], cuts: list
     for c in [*points, len(data)]:
         out.extend(p.feed(data[prev:c]))
         prev = c
-    assert out == expected
+    assert out == [ev for _, ev in encoded]
     assert p.buffered == 0
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(frame, min_size=1, max_size=12), st.lists(st.integers(0, 400), max_size=12))
+def test_round_trip_arbitrary_chunking(frames: list[tuple[Any, ...]], cuts: list[int]) -> None:
+    _round_trip_in_pieces(frames, cuts)
 
 
 @settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
@@ -447,17 +452,7 @@ repeat_frame = st.tuples(
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(repeat_frame, min_size=1, max_size=40), st.lists(st.integers(0, 2000), max_size=6))
 def test_repeated_control_lines_parse_like_any_other(frames: list[tuple[Any, ...]], cuts: list[int]) -> None:
-    encoded = [encode(f) for f in frames]
-    data = b"".join(e for e, _ in encoded)
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    p = LeafParser()
-    out: list[Any] = []
-    prev = 0
-    for c in [*points, len(data)]:
-        out.extend(p.feed(data[prev:c]))
-        prev = c
-    assert out == [ev for _, ev in encoded]
-    assert p.buffered == 0
+    _round_trip_in_pieces(frames, cuts)
 
 
 def test_a_repeated_line_whose_payload_is_not_terminated_is_refused() -> None:
