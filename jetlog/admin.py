@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -20,56 +19,13 @@ from typing import Any
 
 import msgspec
 
+from jetlog import adminview as view
+
 API = "$JS.API."
-DURATION_UNITS = {
-    "ns": 1,
-    "us": 1_000,
-    "ms": 1_000_000,
-    "s": 10**9,
-    "m": 60 * 10**9,
-    "h": 3600 * 10**9,
-    "d": 86400 * 10**9,
-}
 
 
 class AdminError(Exception):
     """A failure to report in one line (exit status 1)."""
-
-
-def parse_duration(text: str) -> int:
-    """``90s``, ``5m``, ``1h``, ``2d``, ``500ms`` or plain nanoseconds → nanoseconds."""
-    t = text.strip().lower()
-    for unit in sorted(DURATION_UNITS, key=len, reverse=True):
-        if t.endswith(unit) and t[: -len(unit)].replace(".", "", 1).isdigit():
-            return int(float(t[: -len(unit)]) * DURATION_UNITS[unit])
-    if t.isdigit():
-        return int(t)
-    raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 5m, 1h, 2d)")
-
-
-def human_bytes(n: int) -> str:
-    """1536 → ``1.5 KiB``."""
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{int(v)} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{n} B"
-
-
-def human_duration(ns: int) -> str:
-    """Nanoseconds → ``1h30m``-style text (``0`` → ``-``)."""
-    if not ns:
-        return "-"
-    s = ns // 10**9
-    if s == 0:
-        return f"{ns // 10**6}ms"
-    out = ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size:
-            out += f"{s // size}{unit}"
-            s %= size
-    return out
 
 
 class Api:
@@ -111,61 +67,13 @@ class Api:
                 return out
 
 
-# ---- rendering -------------------------------------------------------------------------------
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output is not cut at 80 columns (rich's default without a terminal).
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-
-
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left", header_style="bold")
-    for c in columns:
-        t.add_column(c, overflow="fold", min_width=len(c))
-    for r in rows:
-        t.add_row(*r)
-    _console().print(t)
-
-
-def _pairs(title: str, pairs: list[tuple[str, str]]) -> None:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold", justify="right")
-    t.add_column()
-    for k, v in pairs:
-        t.add_row(k, v)
-    _console().print(t)
-
-
-def _json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=False))
-
-
-def _cluster_text(info: dict[str, Any]) -> str:
-    cl = info.get("cluster") or {}
-    if not cl.get("leader"):
-        return "-"
-    reps = cl.get("replicas") or []
-    followers = ", ".join(
-        f"{r['name']}{'' if r.get('current') else '!'}" + (f" lag {r['lag']}" if r.get("lag") else "")
-        for r in reps
-    )
-    return cl["leader"] + (f" ({followers})" if followers else "")
-
-
 # ---- stream commands -------------------------------------------------------------------------
 
 
 async def stream_ls(api: Api, args: argparse.Namespace) -> None:
     infos = await api.paged("STREAM.LIST", "streams")
     if args.json:
-        _json(infos)
+        view.print_json(infos)
         return
     rows = []
     for i in sorted(infos, key=lambda x: x["config"]["name"]):
@@ -175,13 +83,13 @@ async def stream_ls(api: Api, args: argparse.Namespace) -> None:
                 c["name"],
                 ", ".join(c.get("subjects") or []),
                 f"{s['messages']:,}",
-                human_bytes(s["bytes"]),
+                view.human_bytes(s["bytes"]),
                 str(c.get("num_replicas", 1)),
-                _cluster_text(i),
+                view.cluster_text(i),
                 str(s.get("consumer_count", 0)),
             ]
         )
-    _table(
+    view.table(
         f"Streams ({len(rows)})",
         ["Name", "Subjects", "Messages", "Size", "Replicas", "Leader", "Consumers"],
         rows,
@@ -192,36 +100,25 @@ async def stream_info(api: Api, args: argparse.Namespace) -> None:
     info = await api.call(f"STREAM.INFO.{args.stream}")
     info.pop("type", None)
     if args.json:
-        _json(info)
+        view.print_json(info)
         return
     c, s = info["config"], info["state"]
-    _pairs(
+    view.pairs(
         f"Stream {c['name']}",
         [
             ("Subjects", ", ".join(c.get("subjects") or []) or "-"),
             ("Storage", f"{c.get('storage')}, {c.get('num_replicas', 1)} replica(s)"),
             ("Retention", f"{c.get('retention')}, discard {c.get('discard')}"),
-            ("Limits", _limits(c)),
+            ("Limits", view.limits_text(c)),
             ("Created", str(info.get("created"))),
-            ("Messages", f"{s['messages']:,} ({human_bytes(s['bytes'])})"),
+            ("Messages", f"{s['messages']:,} ({view.human_bytes(s['bytes'])})"),
             ("Sequences", f"{s['first_seq']}..{s['last_seq']}"),
             ("Subjects held", str(s.get("num_subjects", 0))),
             ("Deleted", str(s.get("num_deleted", 0))),
             ("Consumers", str(s.get("consumer_count", 0))),
-            ("Cluster", _cluster_text(info)),
+            ("Cluster", view.cluster_text(info)),
         ],
     )
-
-
-def _limits(c: dict[str, Any]) -> str:
-    parts = []
-    for key, label in (("max_msgs", "msgs"), ("max_bytes", "bytes"), ("max_msgs_per_subject", "per subject")):
-        v = c.get(key, -1)
-        if v not in (-1, 0, None):
-            parts.append(f"{label} {human_bytes(v) if key == 'max_bytes' else f'{v:,}'}")
-    if c.get("max_age"):
-        parts.append(f"age {human_duration(c['max_age'])}")
-    return ", ".join(parts) or "none"
 
 
 async def stream_add(api: Api, args: argparse.Namespace) -> None:
@@ -240,7 +137,7 @@ async def stream_add(api: Api, args: argparse.Namespace) -> None:
     info = await api.call(f"STREAM.CREATE.{args.stream}", cfg)
     info.pop("type", None)
     if args.json:
-        _json(info)
+        view.print_json(info)
         return
     print(f"created stream {args.stream}")
     await stream_info(api, args)
@@ -278,14 +175,16 @@ async def stream_get(api: Api, args: argparse.Namespace) -> None:
     data = base64.b64decode(m.get("data") or "")
     hdrs = base64.b64decode(m.get("hdrs") or "") if m.get("hdrs") else b""
     if args.json:
-        _json({**m, "data": data.decode("utf-8", "replace"), "hdrs": hdrs.decode("utf-8", "replace") or None})
+        view.print_json(
+            {**m, "data": data.decode("utf-8", "replace"), "hdrs": hdrs.decode("utf-8", "replace") or None}
+        )
         return
     pairs = [("Sequence", str(m["seq"])), ("Subject", m["subject"]), ("Time", str(m.get("time")))]
     if hdrs:
         lines = hdrs.decode("utf-8", "replace").split("\r\n")[1:]
         pairs.append(("Headers", "; ".join(h for h in lines if h)))
-    pairs.append(("Size", human_bytes(len(data))))
-    _pairs(f"{args.stream} #{m['seq']}", pairs)
+    pairs.append(("Size", view.human_bytes(len(data))))
+    view.pairs(f"{args.stream} #{m['seq']}", pairs)
     sys.stdout.write(data.decode("utf-8", "replace") + "\n")
 
 
@@ -295,7 +194,7 @@ async def stream_get(api: Api, args: argparse.Namespace) -> None:
 async def consumer_ls(api: Api, args: argparse.Namespace) -> None:
     infos = await api.paged(f"CONSUMER.LIST.{args.stream}", "consumers")
     if args.json:
-        _json(infos)
+        view.print_json(infos)
         return
     rows = []
     for i in sorted(infos, key=lambda x: x["name"]):
@@ -313,25 +212,25 @@ async def consumer_ls(api: Api, args: argparse.Namespace) -> None:
             ]
         )
     cols = ["Name", "Kind", "Filter", "Ack", "Pending", "Ack pending", "Redelivered", "Ack floor"]
-    _table(f"Consumers of {args.stream} ({len(rows)})", cols, rows)
+    view.table(f"Consumers of {args.stream} ({len(rows)})", cols, rows)
 
 
 async def consumer_info(api: Api, args: argparse.Namespace) -> None:
     info = await api.call(f"CONSUMER.INFO.{args.stream}.{args.consumer}")
     info.pop("type", None)
     if args.json:
-        _json(info)
+        view.print_json(info)
         return
     c = info["config"]
     d, f = info.get("delivered", {}), info.get("ack_floor", {})
-    _pairs(
+    view.pairs(
         f"Consumer {args.stream} > {info['name']}",
         [
             ("Kind", f"push to {c['deliver_subject']}" if c.get("deliver_subject") else "pull"),
             ("Filter", c.get("filter_subject") or ", ".join(c.get("filter_subjects") or []) or ">"),
             (
                 "Deliver",
-                f"{c.get('deliver_policy')}, ack {c.get('ack_policy')}, ack wait {human_duration(c.get('ack_wait', 0))}",
+                f"{c.get('deliver_policy')}, ack {c.get('ack_policy')}, ack wait {view.human_duration(c.get('ack_wait', 0))}",
             ),
             ("Max deliver", str(c.get("max_deliver", -1))),
             ("Delivered", f"consumer seq {d.get('consumer_seq', 0)}, stream seq {d.get('stream_seq', 0)}"),
@@ -366,7 +265,7 @@ async def consumer_add(api: Api, args: argparse.Namespace) -> None:
     )
     info.pop("type", None)
     if args.json:
-        _json(info)
+        view.print_json(info)
         return
     print(f"created consumer {args.stream} > {args.consumer}")
 
@@ -419,7 +318,7 @@ async def consumer_next(api: Api, args: argparse.Namespace) -> None:
     finally:
         await sub.unsubscribe()
     if args.json:
-        _json(got)
+        view.print_json(got)
         return
     if not got:
         print(f"no messages for {args.stream} > {args.consumer}")
@@ -455,11 +354,11 @@ async def status(api: Api, args: argparse.Namespace) -> None:
     cluster = await cluster_status(api)
     streams = await api.paged("STREAM.LIST", "streams")
     if args.json:
-        _json({"account": account, "cluster": cluster, "streams": streams})
+        view.print_json({"account": account, "cluster": cluster, "streams": streams})
         return
-    _console().print(
+    view.console().print(
         f"streams: {account.get('streams', 0)}  consumers: {account.get('consumers', 0)}  "
-        f"storage: {human_bytes(account.get('storage', 0))}  memory: {human_bytes(account.get('memory', 0))}"
+        f"storage: {view.human_bytes(account.get('storage', 0))}  memory: {view.human_bytes(account.get('memory', 0))}"
     )
     roles = (cluster or {}).get("streams", {})
     if cluster is not None:
@@ -468,7 +367,7 @@ async def status(api: Api, args: argparse.Namespace) -> None:
             role = "Raft leader" if name == cluster.get("raft_leader") else "member"
             rows.append([name, role, "up" if m.get("alive") else "DOWN", str(m.get("leads", 0))])
         title = f"Cluster {cluster.get('cluster')} (Raft term {cluster.get('raft_term')})"
-        _table(title, ["Node", "Role", "State", "Leads"], rows)
+        view.table(title, ["Node", "Role", "State", "Leads"], rows)
     rows = []
     for i in sorted(streams, key=lambda x: x["config"]["name"]):
         c, st = i["config"], i["state"]
@@ -490,14 +389,14 @@ async def status(api: Api, args: argparse.Namespace) -> None:
             [
                 c["name"],
                 f"{st['messages']:,}",
-                human_bytes(st["bytes"]),
+                view.human_bytes(st["bytes"]),
                 f"{st['first_seq']}..{st['last_seq']}",
                 leader,
                 isr,
                 lag,
             ]
         )
-    _table(
+    view.table(
         f"Streams ({len(rows)})",
         ["Stream", "Messages", "Size", "Sequences", "Leader", "In sync", "Lag"],
         rows,
@@ -519,7 +418,7 @@ def _confirm(args: argparse.Namespace, what: str) -> None:
 
 def _done(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
     if args.json:
-        _json(obj)
+        view.print_json(obj)
     else:
         print(text)
 
@@ -619,7 +518,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--discard", choices=["old", "new"], default="old", help="when full (default %(default)s)")
     p.add_argument("--max-msgs", type=int, help="message limit")
     p.add_argument("--max-bytes", type=int, help="size limit in bytes")
-    p.add_argument("--max-age", type=parse_duration, help="age limit (90s, 5m, 1h, 2d)")
+    p.add_argument("--max-age", type=view.parse_duration, help="age limit (90s, 5m, 1h, 2d)")
     p.add_argument("--allow-direct", action="store_true", help="allow Direct Get (KV-style reads)")
     common(p)
     p.set_defaults(admin=stream_add)
@@ -670,7 +569,7 @@ def add_parsers(sub: Any) -> None:
         default="explicit",
         help="ack policy (default %(default)s)",
     )
-    p.add_argument("--ack-wait", type=parse_duration, help="ack wait (30s, 5m)")
+    p.add_argument("--ack-wait", type=view.parse_duration, help="ack wait (30s, 5m)")
     p.add_argument("--max-deliver", type=int, default=-1, help="deliveries per message (-1: unlimited)")
     p.add_argument("--target", help="push: the deliver subject")
     common(p)
