@@ -33,7 +33,7 @@ Crash ordering:
   (188 vs 124 µs per 200-byte synchronous append on the test machine's ext4). The space past the
   data reads as zeros, so after a crash the last segment can end in zeros, and pages of an
   unsynced tail may have reached the disk in any order (zeros, then data). Recovery calls an
-  invalid tail with a zero-filled sector in it torn (``records.scan``); none of it was
+  invalid tail with a zero-filled sector in it torn (``recordscan.scan``); none of it was
   acknowledged, since a sync covering any of it would have made the zeros before it durable
   too. A segment is cut back to its data (``ftruncate``) and fsynced at its roll, before the
   next file exists, and the writer at a clean close: a sealed segment always ends at its last

@@ -55,6 +55,7 @@ from jetlog.log.segment import (
     seg_name,
 )
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 from jetlog.wire.subjects import subject_from_bytes
 
 
@@ -99,8 +100,8 @@ def rewrite_segment(
     dctx = zstandard.ZstdDecompressor()
     cctx = zstandard.ZstdCompressor(level=level) if compress else None
     buf = read_file(io, path)
-    res = rc.scan(buf, 0, complete_to=len(buf))
-    if res.status != rc.OK:
+    res = rs.scan(buf, 0, complete_to=len(buf))
+    if res.status != rs.OK:
         raise CorruptSegmentError(path, res.end, res.reason)
     starts = [lo for lo, _ in older_dead]
     kept: list[tuple[bytes, rc.RecordMeta, int]] = []

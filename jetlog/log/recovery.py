@@ -55,6 +55,7 @@ from jetlog.log.segment import (
     seg_table,
 )
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 
 log = logging.getLogger("jetlog.log.recovery")
 
@@ -303,13 +304,13 @@ def _load_segment(
         data = SegmentData(seg.base)
         start = 0
         out.rebuilt_indexes += 1
-    res = rc.scan(buf, start, complete_to=complete_to, verify=True)
+    res = rs.scan(buf, start, complete_to=complete_to, verify=True)
     try:
         data.add_batches(buf, res.batches, dctx)
     except rc.BatchError as exc:
         log.error("segment %s: %s", seg.path, exc)
-        res = rc.ScanResult([], exc.offset, rc.CORRUPT, exc.reason, -1)
-    if res.status == rc.TORN:
+        res = rs.ScanResult([], exc.offset, rs.CORRUPT, exc.reason, -1)
+    if res.status == rs.TORN:
         cut = len(buf) - res.end
         log.warning(
             "segment %s: truncating torn tail of %d bytes at %d (%s)", seg.path, cut, res.end, res.reason
@@ -321,7 +322,7 @@ def _load_segment(
         finally:
             io.close(fd)
         out.truncated_bytes += cut
-    elif res.status == rc.CORRUPT:
+    elif res.status == rs.CORRUPT:
         known = (idx_hint.last_seq, idx_hint.last_ts) if idx_hint is not None else (0, 0)
         return _quarantine(path, seg, io, out, buf, dctx, last=last, upper=upper, known=known)
     if last and (verify or start == 0):
@@ -354,7 +355,7 @@ def _quarantine(
     high = known
     p = 0
     while True:
-        res = rc.scan(buf, p, complete_to=len(buf), verify=True)
+        res = rs.scan(buf, p, complete_to=len(buf), verify=True)
         for off, h in res.batches:
             try:
                 rc.iter_record_meta(rc.raw_body(h, rc.check_body(buf, off, h), dctx, off), h, off)
@@ -363,7 +364,7 @@ def _quarantine(
             good.append((off, h))
         if good:
             prev_last = max(prev_last, good[-1][1].last_seq)
-        if res.status == rc.OK:
+        if res.status == rs.OK:
             break
         if res.resume >= 0:
             nxt = rc.decode_header(buf, res.resume)
@@ -412,7 +413,7 @@ def _quarantine(
         out.lost_bytes,
     )
     data = SegmentData(seg.base)
-    res = rc.scan(salvaged, 0, verify=True)
+    res = rs.scan(salvaged, 0, verify=True)
     data.add_batches(salvaged, res.batches, dctx)
     if not last:
         _write_idx(seg, io, data, salvaged)

@@ -29,6 +29,7 @@ from jetlog.log.positions import is_null
 from jetlog.log.segment import AUX_MASK, COMPRESSED
 from jetlog.log.store import BatchInputError, OutOfRangeError, Pos, PositionError, ReplicaRead
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 
 _HDR = rc.HEADER_SIZE
 
@@ -68,8 +69,8 @@ def parse_batches(
     latest epoch is ``epoch``) and decode what applying it needs: index columns for a file store
     (``file``) or a memory store, and the subjects. Raises ``BatchInputError``."""
     buf = bytes(data)
-    res = rc.scan(buf, 0, complete_to=len(buf), verify=True)
-    if res.status != rc.OK:
+    res = rs.scan(buf, 0, complete_to=len(buf), verify=True)
+    if res.status != rs.OK:
         raise BatchInputError(res.end, res.reason)
     out = Reply([], array("Q"), array("q"), [], array("I"), array("I"), array("I"), [], [], {})
     prev = last_seq

@@ -8,14 +8,15 @@ from typing import Any
 
 from jetlog.log import OutOfRangeError, Pos
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 
 BIG = 1 << 40
 
 
 def split(data: bytes) -> list[bytes]:
     """The batches of a buffer of whole batches."""
-    res = rc.scan(data)
-    assert res.status == rc.OK and res.end == len(data), res
+    res = rs.scan(data)
+    assert res.status == rs.OK and res.end == len(data), res
     return [data[off : off + h.size] for off, h in res.batches]
 
 

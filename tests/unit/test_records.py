@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 from jetlog.wire.records import Record
 
 CCTX = zstandard.ZstdCompressor(level=3)
@@ -131,8 +132,8 @@ def test_impossible_headers_are_corrupt() -> None:
 
 def test_scan_clean() -> None:
     buf = _batch(1, 3) + _batch(4, 2, ops=[(1, 1)]) + _batch(6, 1, compress=True)
-    res = rc.scan(buf)
-    assert res.status == rc.OK and res.end == len(buf)
+    res = rs.scan(buf)
+    assert res.status == rs.OK and res.end == len(buf)
     assert [h.n_records for _, h in res.batches] == [3, 2, 1]
 
 
@@ -141,24 +142,24 @@ def test_scan_torn_tail(cut: int) -> None:
     a = _batch(1, 3)
     b = _batch(4, 3)
     buf = a + b[: min(cut, len(b) - 1)]
-    res = rc.scan(buf)
-    assert res.status == rc.TORN
+    res = rs.scan(buf)
+    assert res.status == rs.TORN
     assert res.end == len(a)
     assert len(res.batches) == 1
 
 
 def test_scan_zero_filled_tail_is_torn() -> None:
     a = _batch(1, 3)
-    res = rc.scan(a + bytes(500))
-    assert res.status == rc.TORN and res.end == len(a)
+    res = rs.scan(a + bytes(500))
+    assert res.status == rs.TORN and res.end == len(a)
 
 
 def test_scan_corruption_followed_by_valid_data_is_corrupt() -> None:
     a, b, c = _batch(1, 3), _batch(4, 3), _batch(7, 3)
     buf = bytearray(a + b + c)
     buf[len(a) + 70] ^= 0x40  # inside b's body
-    res = rc.scan(bytes(buf))
-    assert res.status == rc.CORRUPT
+    res = rs.scan(bytes(buf))
+    assert res.status == rs.CORRUPT
     assert res.end == len(a)
     assert res.resume == len(a) + len(b)
     assert "body crc" in res.reason
@@ -168,8 +169,8 @@ def test_scan_header_damage_with_data_after_is_corrupt() -> None:
     a, b, c = _batch(1, 3), _batch(4, 3), _batch(7, 3)
     buf = bytearray(a + b + c)
     buf[len(a) + 2] ^= 0xFF  # b's magic
-    res = rc.scan(bytes(buf))
-    assert res.status == rc.CORRUPT and res.resume == len(a) + len(b)
+    res = rs.scan(bytes(buf))
+    assert res.status == rs.CORRUPT and res.resume == len(a) + len(b)
 
 
 def test_scan_damaged_last_batch_with_intact_magic_is_corrupt() -> None:
@@ -177,16 +178,16 @@ def test_scan_damaged_last_batch_with_intact_magic_is_corrupt() -> None:
     a, b = _batch(1, 3), _batch(4, 3)
     buf = bytearray(a + b)
     buf[-1] ^= 0x01
-    res = rc.scan(bytes(buf))
-    assert res.status == rc.CORRUPT and res.resume == -1 and res.end == len(a)
+    res = rs.scan(bytes(buf))
+    assert res.status == rs.CORRUPT and res.resume == -1 and res.end == len(a)
 
 
 def test_scan_garbage_tail_is_torn_unless_known_complete() -> None:
     a = _batch(1, 3)
     buf = a + b"\xde\xad\xbe\xef" * 30
-    assert rc.scan(buf).status == rc.TORN
-    res = rc.scan(buf, complete_to=len(buf))
-    assert res.status == rc.CORRUPT and res.end == len(a)
+    assert rs.scan(buf).status == rs.TORN
+    res = rs.scan(buf, complete_to=len(buf))
+    assert res.status == rs.CORRUPT and res.end == len(a)
 
 
 def test_scan_damaged_last_batch_before_preallocated_zeros_is_corrupt() -> None:
@@ -194,48 +195,48 @@ def test_scan_damaged_last_batch_before_preallocated_zeros_is_corrupt() -> None:
     a, b = _batch(1, 3), _batch(4, 3)
     buf = bytearray(a + b + bytes(8192))
     buf[len(a) + len(b) - 1] ^= 0x01
-    res = rc.scan(bytes(buf))
-    assert res.status == rc.CORRUPT and res.end == len(a)
+    res = rs.scan(bytes(buf))
+    assert res.status == rs.CORRUPT and res.end == len(a)
 
 
 def test_scan_missing_sector_before_valid_data_is_torn_beyond_complete_to() -> None:
     # Pages of an unsynced tail written out of order: a sector of zeros, then valid batches.
     parts = [_batch(1 + 3 * i, 3) for i in range(60)]
     buf = bytearray(b"".join(parts))
-    assert len(buf) > 4 * rc.SECTOR
-    hole = 2 * rc.SECTOR
-    buf[hole : hole + rc.SECTOR] = bytes(rc.SECTOR)
+    assert len(buf) > 4 * rs.SECTOR
+    hole = 2 * rs.SECTOR
+    buf[hole : hole + rs.SECTOR] = bytes(rs.SECTOR)
     bounds = [0]
     for p in parts:
         bounds.append(bounds[-1] + len(p))
     before = max(b for b in bounds if b <= hole)
-    res = rc.scan(bytes(buf))
-    assert res.status == rc.TORN and res.end == before and res.resume == -1
+    res = rs.scan(bytes(buf))
+    assert res.status == rs.TORN and res.end == before and res.resume == -1
     # ... but inside a region known to be complete it is corruption, resumed after the hole
-    res = rc.scan(bytes(buf), complete_to=len(buf))
-    assert res.status == rc.CORRUPT and res.end == before
-    assert res.resume == min(b for b in bounds if b >= hole + rc.SECTOR)
+    res = rs.scan(bytes(buf), complete_to=len(buf))
+    assert res.status == rs.CORRUPT and res.end == before
+    assert res.resume == min(b for b in bounds if b >= hole + rs.SECTOR)
 
 
 def test_lost_write_needs_a_zero_sector_overlapping_the_batch() -> None:
     data = b"\x01" * 600 + bytes(424) + b"\x01" * 2000
-    assert rc.lost_write(data, 600, 700)  # zeros from 600 to its sector's end (1024)
-    assert not rc.lost_write(data, 599, 700)
+    assert rs.lost_write(data, 600, 700)  # zeros from 600 to its sector's end (1024)
+    assert not rs.lost_write(data, 599, 700)
     data = b"\x01" * 1100 + bytes(600) + b"\x01" * 2000  # 1100..1700: no whole sector
-    assert not rc.lost_write(data, 0, len(data))
+    assert not rs.lost_write(data, 0, len(data))
     data = b"\x01" * 1000 + bytes(600) + b"\x01" * 2000  # 1000..1600 covers 1024..1536
-    assert rc.lost_write(data, 0, len(data))
-    assert rc.lost_write(data, 0, 1025)  # the sector overlaps the batch by one byte
-    assert not rc.lost_write(data, 0, 1024)  # ... or not at all
-    assert rc.lost_write(b"\x01" * 10 + bytes(10), 10, 30)  # zeros to the end of the file
-    assert not rc.lost_write(b"\x01" * 10 + bytes(10), 9, 30)
+    assert rs.lost_write(data, 0, len(data))
+    assert rs.lost_write(data, 0, 1025)  # the sector overlaps the batch by one byte
+    assert not rs.lost_write(data, 0, 1024)  # ... or not at all
+    assert rs.lost_write(b"\x01" * 10 + bytes(10), 10, 30)  # zeros to the end of the file
+    assert not rs.lost_write(b"\x01" * 10 + bytes(10), 9, 30)
 
 
 def test_find_next_batch_skips_false_magic() -> None:
     a = _batch(1, 2)
     junk = rc.MAGIC + b"\x00" * 70  # magic without a valid header
     buf = junk + a
-    assert rc.find_next_batch(buf, 0) == len(junk)
+    assert rs.find_next_batch(buf, 0) == len(junk)
 
 
 # ---- properties -----------------------------------------------------------------------------
@@ -326,16 +327,16 @@ def test_property_truncation_is_torn_and_flips_are_detected(
         bounds.append(bounds[-1] + len(p))
     # truncation anywhere: the scan keeps exactly the complete batches and calls the rest torn
     cut = int(cut_frac * len(buf))
-    res = rc.scan(buf[:cut])
+    res = rs.scan(buf[:cut])
     complete = [b for b in bounds if b <= cut]
     assert res.end == complete[-1]
-    assert res.status == (rc.OK if cut in bounds else rc.TORN)
+    assert res.status == (rs.OK if cut in bounds else rs.TORN)
     # a bit flip anywhere is never accepted as valid data
     bad = bytearray(buf)
     pos = flip % (len(buf) * 8)
     bad[pos // 8] ^= 1 << (pos % 8)
-    res = rc.scan(bytes(bad), complete_to=len(bad))
-    assert res.status == rc.CORRUPT
+    res = rs.scan(bytes(bad), complete_to=len(bad))
+    assert res.status == rs.CORRUPT
     hit = max(b for b in bounds if b <= pos // 8)
     assert res.end == hit
     for off, _ in res.batches:
@@ -363,7 +364,7 @@ def test_property_unsynced_pages_in_any_order_are_a_torn_tail(
             lo = max(lo, durable)
             hi = min(lo // page * page + page, len(full))
             img[lo:hi] = full[lo:hi]
-    res = rc.scan(bytes(img))
-    assert res.status == rc.TORN
+    res = rs.scan(bytes(img))
+    assert res.status == rs.TORN
     assert res.end in bounds and res.end >= durable
     assert [off for off, _ in res.batches] == bounds[: bounds.index(res.end)]

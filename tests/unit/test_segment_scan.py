@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jetlog.log.positions import NULL_LAST, is_null
 from jetlog.log.segment import COMPRESSED, SegmentData, file_msg_size
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 from jetlog.wire.records import Record
 
 CCTX = zstandard.ZstdCompressor(level=3)
@@ -88,8 +89,8 @@ def _columns(d: SegmentData) -> dict[str, object]:
 @given(st.lists(batch, min_size=1, max_size=6), st.integers(1, 3))
 def test_scan_indexes_like_the_per_record_path(batches, parts: int) -> None:  # type: ignore[no-untyped-def]
     buf = _segment(batches)
-    res = rc.scan(buf, 0, complete_to=len(buf), verify=True)
-    assert res.status == rc.OK
+    res = rs.scan(buf, 0, complete_to=len(buf), verify=True)
+    assert res.status == rs.OK
     d = SegmentData(1)
     # In several calls, as recovery does from an index file's end: the columns continue.
     step = max(1, len(res.batches) // parts)
@@ -109,7 +110,7 @@ def test_a_batch_out_of_order_adds_nothing() -> None:
     # CRC-valid, but its records go back to sequence 6 (a batch we never write).
     back = rc.encode_batch([Record(6, 3, "b", b"", b"z", 0)], base_seq=5)
     buf = ok + back
-    res = rc.scan(buf, 0, complete_to=len(buf), verify=True)
+    res = rs.scan(buf, 0, complete_to=len(buf), verify=True)
     d = SegmentData(5)
     try:
         d.add_batches(buf, res.batches, DCTX)
@@ -127,7 +128,7 @@ def test_a_record_overrunning_its_body_is_a_batch_error() -> None:
     # Sealed with a valid CRC: only the walk over the records can tell.
     hdr, body = rc.seal_batch(bytes(rec), n_records=1, n_ops=0, epoch=0, base_seq=0, last_seq=1, last_ts=1)
     buf = hdr + body
-    res = rc.scan(buf, 0, complete_to=len(buf), verify=True)
+    res = rs.scan(buf, 0, complete_to=len(buf), verify=True)
     assert len(res.batches) == 1
     d = SegmentData(1)
     try:

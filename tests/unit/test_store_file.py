@@ -17,6 +17,7 @@ from jetlog.errors import StorageError, StreamUnavailableError
 from jetlog.log import FileStore, OsIO
 from jetlog.log.syncer import Syncer, SyncService
 from jetlog.wire import records as rc
+from jetlog.wire import recordscan as rs
 from tests.unit.test_store_model import Model, check_store
 
 SEG = 4096
@@ -60,9 +61,9 @@ def _logs(path: Path) -> list[str]:
 
 def _batches(file: str) -> list[tuple[int, rc.BatchHeader]]:
     buf = _read(file)
-    res = rc.scan(buf)
+    res = rs.scan(buf)
     # A writer left open (a crash) is preallocated: zeros follow its data.
-    assert res.status == rc.OK or buf.count(0, res.end) == len(buf) - res.end
+    assert res.status == rs.OK or buf.count(0, res.end) == len(buf) - res.end
     return res.batches
 
 
@@ -77,7 +78,7 @@ def _ops_in(file: str) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     import zstandard
 
-    for off, _ in rc.scan(buf).batches:
+    for off, _ in rs.scan(buf).batches:
         batch, _ = rc.decode_batch(buf, off, decompressor=zstandard.ZstdDecompressor())
         out.extend(batch.ops)
     return out
