@@ -25,8 +25,10 @@ from typing import Any
 
 from jetlog.cluster import meta as M
 from jetlog.errors import JetlogError
+from jetlog.tasklog import failure_logger
 
 log = logging.getLogger("jetlog.cluster.controller")
+_log_failure = failure_logger(log)
 
 PASS_INTERVAL = 0.1
 
@@ -194,8 +196,3 @@ class Controller:
         t = asyncio.get_running_loop().create_task(run(), name=f"controller:{name}")
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -25,9 +25,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jetlog.errors import ApiError, JetlogError, TransportError
+from jetlog.tasklog import failure_logger
 from jetlog.wire import repl as R
 
 log = logging.getLogger("jetlog.cluster.follower")
+_log_failure = failure_logger(log)
 
 Requester = Callable[[str, bytes, float], Awaitable[bytes]]
 WAIT_MS = 500
@@ -390,8 +392,3 @@ def consumer_dir(stream: Any, root: str) -> str | None:
     if stream.config.storage == "memory":
         return None
     return os.path.join(root, stream.name, "consumers")
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -33,9 +33,11 @@ from typing import Any
 
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import OutOfRangeError, PositionError
+from jetlog.tasklog import failure_logger
 from jetlog.wire import repl as R
 
 log = logging.getLogger("jetlog.cluster.leader")
+_log_failure = failure_logger(log)
 
 NO_POS: R.Pos = (0, -1)
 TICK = 0.2
@@ -781,8 +783,3 @@ class _Ticker:
                     leader.tick()
                 except Exception:  # one stream's fault must not stop the others' ISR upkeep
                     log.exception("stream %s: leader tick failed", leader.stream.name)
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("task %s failed", task.get_name(), exc_info=task.exception())

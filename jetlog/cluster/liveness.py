@@ -20,8 +20,10 @@ from typing import Any
 import msgspec
 
 from jetlog.errors import JetlogError
+from jetlog.tasklog import failure_logger
 
 log = logging.getLogger("jetlog.cluster.liveness")
+_log_failure = failure_logger(log)
 
 
 class Heartbeat(msgspec.Struct, forbid_unknown_fields=False):
@@ -169,8 +171,3 @@ class Liveness:
             except Exception:
                 log.exception("liveness round failed; next round in %.1fs", self.interval)
             await asyncio.sleep(self.interval)
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("task %s failed", task.get_name(), exc_info=task.exception())

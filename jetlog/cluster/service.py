@@ -32,11 +32,13 @@ from jetlog.cluster.reconcile import Reconciler
 from jetlog.cluster.routing import Router
 from jetlog.errors import ApiError, E, JetlogError, TransportError
 from jetlog.observe import advisory
+from jetlog.tasklog import failure_logger
 from jetlog.wire import headers as H
 from jetlog.wire import repl as R
 from jetlog.wire.leaf import LeafFrameError
 
 log = logging.getLogger("jetlog.cluster")
+_log_failure = failure_logger(log)
 
 READY_TIMEOUT = 60.0
 STATUS_SUBJECT = "$JETLOG.API.CLUSTER"
@@ -626,8 +628,3 @@ def catching_up(node: str, streams: dict[str, Any]) -> list[str]:
         for name, a in streams.items()
         if node in a.replicas and node not in a.isr and a.leader and a.leader != node
     )
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("task %s failed", task.get_name(), exc_info=task.exception())

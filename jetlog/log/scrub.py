@@ -26,8 +26,10 @@ from collections.abc import Callable
 from crc32c import crc32c
 
 from jetlog.log.segment import Segment
+from jetlog.tasklog import failure_logger
 
 log = logging.getLogger("jetlog.log.scrub")
+_log_failure = failure_logger(log, "scrub")
 
 CHUNK = 1 << 20
 """Bytes read per call (one reused buffer per check)."""
@@ -137,8 +139,3 @@ class Scrub:
                     "removed, so the next start checks it batch by batch and quarantines the damage",
                     seg.path,
                 )
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("scrub %s failed", task.get_name(), exc_info=task.exception())

@@ -39,6 +39,7 @@ from jetlog.stream.seams import (
     StoredListener,
     StreamStats,
 )
+from jetlog.tasklog import failure_logger
 from jetlog.wire import headers as H
 from jetlog.wire.subjects import matches
 from jetlog.wire.timefmt import format_time
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from jetlog.consumer.manager import ConsumerSet
 
 log = logging.getLogger("jetlog.stream")
+_log_task_failure = failure_logger(log, "background task")
 
 MAX_HDR = 65535
 
@@ -607,11 +609,6 @@ def _expected_seq(value: str | None) -> int | None:
             return U64
         n = (n * 10 + ord(ch) - 48) & U64  # int64 arithmetic wraps; the cast reads it unsigned
     return n
-
-
-def _log_task_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
 
 def subject_in_stream(config: Any, subject: str) -> bool:
