@@ -21,6 +21,18 @@ from tests.spark.conftest import Backend
 pytestmark = [pytest.mark.spark]
 
 
+READ_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("seq", pa.int64()),
+        ("subject", pa.string()),
+        ("data", pa.binary()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+"""The columns ``read_range`` is asked for in these tests."""
+
+
 def _reader(be: Backend, stream: str, **opts: str) -> JetlogStreamReader:
     o = parse_source_options({"servers": be.url, "streams": stream, **opts}, batch=False)
     return JetlogStreamReader(o, source_schema(o.include_headers))
@@ -156,15 +168,7 @@ def test_pipelined_bulk_reads_stay_ordered_and_complete(jetlog: Backend, fmt: st
     for q in sorted(deleted):
         jetlog.bg.run(jetlog.js.delete_msg(s, q))
     want = [q for q in seqs if q not in deleted]
-    schema = pa.schema(
-        [
-            ("stream", pa.string()),
-            ("seq", pa.int64()),
-            ("subject", pa.string()),
-            ("data", pa.binary()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    schema = READ_SCHEMA
     conn = Connection.connect(ConnectOptions(servers=(jetlog.url,)))
     try:
         for window in (1, 2, 5):
@@ -200,15 +204,7 @@ def test_a_request_lost_with_its_responder_is_asked_again(jetlog: Backend) -> No
     s = jetlog.name("RLOST")
     jetlog.add_stream(s, [f"{s.lower()}.>"])
     seqs = jetlog.publish(f"{s.lower()}.x", [b"r%05d" % i for i in range(2000)])
-    schema = pa.schema(
-        [
-            ("stream", pa.string()),
-            ("seq", pa.int64()),
-            ("subject", pa.string()),
-            ("data", pa.binary()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    schema = READ_SCHEMA
     swallowed: list[str] = []
 
     async def hole(msg: Any) -> None:
