@@ -145,7 +145,7 @@ class ConsumerService:
         it stands, so the order of every ack is kept."""
         parse = self.parse_ack
         batch: list[tuple[int, int]] = []
-        owner: Consumer | None = None
+        owner: Consumer | None = None  # set while ``batch`` holds its acks
         for ev in run:
             subject, reply = ev[1], ev[2]
             kind, arg = parse(ev[4])
@@ -155,19 +155,16 @@ class ConsumerService:
                     continue
                 c, sseq, dseq = target
                 if c is not owner:
-                    if batch:
-                        assert owner is not None
+                    if owner is not None:
                         owner.on_acks(batch)
                     owner, batch = c, []
                 batch.append((sseq, dseq))
                 continue
-            if batch:
-                assert owner is not None
+            if owner is not None:
                 owner.on_acks(batch)
                 owner, batch = None, []
             self._ack(subject, reply, kind, arg)
-        if batch:
-            assert owner is not None
+        if owner is not None:
             owner.on_acks(batch)
 
     def _on_fc(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:

@@ -100,16 +100,15 @@ def write_chunks(
         n = len(b)
         off = 0
         while size + n - off > limit:  # fill the chunk up with a slice, pass it on
-            take = limit - size
-            if take:
-                chunk.append(memoryview(b)[off : off + take])
-                off += take
+            take = limit - size  # > 0: a chunk is passed on as soon as it is full
+            chunk.append(memoryview(b)[off : off + take])
+            off += take
             yield chunk
             chunk, size = [], 0
         if off < n:
             chunk.append(memoryview(b)[off:] if off else b)
             size += n - off
-        if len(chunk) >= max_iov:
+        if size >= limit or len(chunk) >= max_iov:
             yield chunk
             chunk, size = [], 0
     if chunk:

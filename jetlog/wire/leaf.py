@@ -422,6 +422,10 @@ def _enc(s: str) -> bytes:
     return s.encode("utf-8", "surrogateescape")
 
 
+DELIVERY_LINE_SLACK = 40
+"""Room ``encode_delivery`` leaves in the control line for the op, spaces and sizes."""
+
+
 def encode_delivery(
     target: str,
     ack: bytes,
@@ -442,10 +446,6 @@ def encode_delivery(
     if len(t) + len(ack) + len(s) > max_control_line - DELIVERY_LINE_SLACK:
         return None
     return delivery_frame(t, ack, s, hdr, payload)
-
-
-DELIVERY_LINE_SLACK = 40
-"""Room ``encode_delivery`` leaves in the control line for the op, spaces and sizes."""
 
 
 def delivery_frame(target: bytes, ack: bytes, subject: bytes, hdr: bytes, payload: bytes) -> bytes:
