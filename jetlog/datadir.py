@@ -35,6 +35,11 @@ class Marker(msgspec.Struct, kw_only=True):
     jetlog: str = ""
 
 
+# Built at import (see ``api.models._STORED_CONFIG``: a first decode in two threads at once can
+# crash msgspec 0.22).
+_MARKER = msgspec.json.Decoder(Marker)
+
+
 def check_and_mark(data_dir: str) -> Marker:
     """Refuse a directory of a newer format; otherwise (re)write the marker with this version.
     Blocking (small file I/O and fsyncs): call it before the loop serves anything, or in a
@@ -51,7 +56,7 @@ def check_and_mark(data_dir: str) -> Marker:
         raise StorageError(f"cannot read {path}: {e}") from None
     if raw:
         try:
-            found = msgspec.json.decode(raw, type=Marker)
+            found = _MARKER.decode(raw)
         except msgspec.DecodeError as e:
             raise StorageError(
                 f"{path} is not a jetlog format marker ({e}); refusing to use {data_dir} "

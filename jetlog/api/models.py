@@ -199,9 +199,16 @@ def encode_stored_config(cfg: StreamConfig) -> bytes:
     return encode_json(cfg)
 
 
+# Built at import, in the importing thread: msgspec 0.22 builds a Struct type's decoding info on
+# its first decode, and two threads doing that first decode at once can crash the process
+# (SIGSEGV; the stream directories are read by several threads at start). A ``Decoder`` built
+# up front builds that info once, here.
+_STORED_CONFIG = msgspec.json.Decoder(StreamConfig)
+
+
 def decode_stored_config(data: bytes) -> StreamConfig:
-    """Load a config written by :func:`encode_stored_config`."""
-    return msgspec.json.decode(data, type=StreamConfig)
+    """Load a config written by :func:`encode_stored_config` (thread-safe)."""
+    return _STORED_CONFIG.decode(data)
 
 
 def time_ns(value: str) -> int:

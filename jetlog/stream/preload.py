@@ -36,6 +36,11 @@ class StreamMeta(msgspec.Struct):
     created: int
 
 
+# Built at import, in the importing thread: msgspec 0.22 builds a Struct type's decoding info on
+# its first decode, and two load threads doing that at once crashed a start (SIGSEGV).
+_META = msgspec.json.Decoder(StreamMeta)
+
+
 class Discardable(Protocol):
     """Something read ahead that holds an fd until it is taken over or discarded."""
 
@@ -93,7 +98,7 @@ def preload(
         out.append(p)
         try:
             with open(meta_path, "rb") as f:
-                meta = msgspec.json.decode(f.read(), type=StreamMeta)
+                meta = _META.decode(f.read())
             p.config = decode_config(bytes(meta.config))
             p.created = meta.created
             args = recover_args(p.config)
