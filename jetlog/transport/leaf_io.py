@@ -219,19 +219,31 @@ class LeafIO:
         last_subject = None
         subs: list[LeafSubscription] = []
         sole: LeafSubscription | None = None
+        # The prefix ``sole``'s pattern owns (``Sublist.owned_prefix``): a subject starting
+        # with it goes to ``sole`` without a match. Acks (``$JS.ACK.<stream>.>``, a new
+        # subject each) and captures of many subjects under one wildcard missed the match
+        # cache every time. Valid only while no callback has run since it was taken: it is set
+        # by a match made after the last flush of a run, and it is "\x00" (no subject starts
+        # with it) whenever ``sole`` is None, so a message handed to ``_dispatch`` is always
+        # followed by a fresh match.
+        owned = "\x00"
         for i in range(start, end):
             ev = events[i]
             if ev[0] == MSG and not self._has_queue_subs:
                 subject = ev[1]
                 if subject != last_subject:
                     last_subject = subject
-                    subs = self._subs.match(subject)
-                    sole = _sole_run_sub(subs)
-                    if run and sole is not run_sub:
-                        self._run(run_sub, run)  # type: ignore[arg-type]
-                        run = []
+                    if not subject.startswith(owned):
                         subs = self._subs.match(subject)
                         sole = _sole_run_sub(subs)
+                        if run and sole is not run_sub:
+                            self._run(run_sub, run)  # type: ignore[arg-type]
+                            run = []
+                            subs = self._subs.match(subject)
+                            sole = _sole_run_sub(subs)
+                        owned = (
+                            self._subs.owned_prefix(sole.subject) if sole is not None else None
+                        ) or "\x00"
                 if sole is not None:
                     run_sub = sole
                     run.append(ev)
@@ -246,6 +258,7 @@ class LeafIO:
                 run = []
                 run_sub = None
             last_subject = None
+            owned = "\x00"
             if ev[0] == MSG:
                 self._dispatch(ev[1], ev[2], ev[3], ev[4], ev[5])
             else:

@@ -190,6 +190,7 @@ class Sublist(Generic[V]):
         self._root: _Node[V] = _Node()
         self._count = 0
         self._cache: dict[str, list[V]] = {}
+        self._owned: dict[str, str | None] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -215,6 +216,7 @@ class Sublist(Generic[V]):
             node.values.append(value)
         self._count += 1
         self._cache.clear()
+        self._owned.clear()
 
     def remove(self, pattern: str, value: V) -> bool:
         """Remove one entry of ``value`` under ``pattern``; False if it was not there."""
@@ -240,6 +242,7 @@ class Sublist(Generic[V]):
             return False
         self._count -= 1
         self._cache.clear()
+        self._owned.clear()
         # Prune empty nodes bottom-up so long-lived sublists do not grow without bound.
         for parent, tok in reversed(path):
             child = parent.pwc if tok == PWC else parent.children.get(tok)
@@ -312,6 +315,25 @@ class Sublist(Generic[V]):
                 self._collide(nxt, toks, i + 1, out)
         if node.pwc is not None:
             self._collide(node.pwc, toks, i + 1, out)
+
+    def owned_prefix(self, pattern: str) -> str | None:
+        """For a stored ``pattern`` of the form ``<literal tokens>.>`` held by one value that no
+        other stored pattern collides with: its prefix with the trailing dot (``"$JS.ACK.S."``
+        for ``"$JS.ACK.S.>"``). Every literal subject that starts with it matches that one value
+        and nothing else, so a caller may route such subjects without :meth:`match` (acks and
+        captures of many distinct subjects miss the match cache every time). None otherwise.
+        Cached until the next insert/remove."""
+        try:
+            return self._owned[pattern]
+        except KeyError:
+            pass
+        prefix: str | None = None
+        if pattern.endswith(".>") and PWC not in pattern.split(".") and len(self.colliding(pattern)) == 1:
+            prefix = pattern[:-1]
+        if len(self._owned) >= self._CACHE_MAX:
+            self._owned.clear()
+        self._owned[pattern] = prefix
+        return prefix
 
     def has_interest(self, subject: str) -> bool:
         """True if any pattern matches ``subject``."""

@@ -417,6 +417,59 @@ async def test_runs_reach_run_callbacks_in_arrival_order(
     assert link.stats.msgs_in == 3000
 
 
+async def test_owned_prefix_routing_sees_a_subscription_made_mid_read(
+    nats_server: NatsServer, link: LeafConnection
+) -> None:
+    """Subjects under a run subscription's own prefix (``a.>``, nothing else under ``a``) skip
+    the match: acks are a new subject each. A callback that subscribes ``a.7`` in the middle
+    of a socket read changes where the next ``a.7`` goes, in the same read too."""
+    seen: list[tuple[str, int]] = []
+    runs: list[int] = []
+    added: list[Any] = []
+
+    def run_cb(events: list[Any]) -> None:
+        runs.append(len(events))
+        seen.extend(("run", int(ev[4])) for ev in events)
+
+    def single(who: str) -> Callable[[str, str | None, bytes, bytes], None]:
+        def cb(subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+            seen.append((who, int(payload)))
+
+        return cb
+
+    def on_c(subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        seen.append(("c", int(payload)))
+        if not added:
+            added.append(link.subscribe("a.7", single("a7")))
+
+    link.subscribe("a.>", single("a-single"), run_cb=run_cb)
+    link.subscribe("c.x", on_c)
+    await link.flush()
+    want: list[tuple[str, int]] = []
+    nc = await nats.connect(nats_server.url)
+    try:
+        after = False
+        for i in range(3000):
+            if i == 1500:
+                await nc.publish("c.x", b"%d" % i)
+                want.append(("c", i))
+                after = True
+            elif after and i % 50 == 7:
+                await nc.publish("a.7", b"%d" % i)
+                want += [("a-single", i), ("a7", i)]
+            else:
+                await nc.publish(f"a.{i % 50}", b"%d" % i)
+                want.append(("run", i))
+        await flush_barrier(nc)
+        await until(lambda: len(seen) >= len(want), what="every message")
+    finally:
+        await nc.close()
+    assert sorted(seen) == sorted(want)
+    assert [n for _, n in seen] == [n for _, n in want]
+    assert max(runs) > 1  # distinct subjects of one read still came in one call
+    assert link.stats.msgs_in == 3000
+
+
 # --------------------------------------------------------------------------------- auth
 
 

@@ -94,3 +94,45 @@ def test_subject_owners_examples() -> None:
     assert not owners.collides(["x.eu", "audit"])
     owners.drop("EU")  # unknown: nothing
     assert len(owners) == 1
+
+
+@given(st.lists(filters(), min_size=1, max_size=8), st.data())
+def test_an_owned_prefix_routes_exactly_as_match_does(stored: list[str], data: st.DataObject) -> None:
+    """Every witness subject under a pattern's owned prefix matches that pattern's one value and
+    nothing else; a pattern whose subjects other patterns could match owns no prefix."""
+    sl: Sublist[int] = Sublist()
+    for i, p in enumerate(stored):
+        sl.insert(p, i)
+    k = data.draw(st.integers(0, len(stored) - 1))
+    pattern = stored[k]
+    prefix = sl.owned_prefix(pattern)
+    under = [s for s in _WITNESSES if matches(pattern, s)]
+    if prefix is None:
+        owns = (
+            pattern.endswith(".>")
+            and "*" not in pattern.split(".")
+            and all(sorted(sl.match(s)) == [k] for s in under)
+            and stored.count(pattern) == 1
+        )
+        # The witnesses cover every way two filters of these literals can overlap.
+        assert not owns, (stored, pattern)
+        return
+    assert pattern == prefix + ">"
+    for s in _WITNESSES:
+        if s.startswith(prefix):
+            assert sl.match(s) == [k], (stored, pattern, s)
+
+
+def test_owned_prefix_examples_and_invalidation() -> None:
+    sl: Sublist[str] = Sublist()
+    sl.insert("$JS.ACK.S.>", "acks S")
+    sl.insert("$JS.ACK.T.>", "acks T")
+    sl.insert("orders.*", "orders")
+    assert sl.owned_prefix("$JS.ACK.S.>") == "$JS.ACK.S."
+    assert sl.owned_prefix("orders.*") is None  # not a '>' pattern
+    sl.insert("$JS.ACK.*.C.>", "other")  # now some subjects under S match two values
+    assert sl.owned_prefix("$JS.ACK.S.>") is None
+    assert sl.remove("$JS.ACK.*.C.>", "other")
+    assert sl.owned_prefix("$JS.ACK.S.>") == "$JS.ACK.S."
+    sl.insert("$JS.ACK.S.>", "acks S again")  # two values under the pattern itself
+    assert sl.owned_prefix("$JS.ACK.S.>") is None
