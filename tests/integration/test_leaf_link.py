@@ -369,13 +369,11 @@ async def test_unsubscribe_stops_delivery(nats_server: NatsServer, link: LeafCon
         await nc.close()
 
 
-async def test_runs_reach_run_callbacks_in_arrival_order(
-    nats_server: NatsServer, link: LeafConnection
-) -> None:
-    """Consecutive messages only one ``run_cb`` subscription matches come in one call; others
-    one by one; across all subscriptions in the order the hub sent them."""
-    seen: list[tuple[str, int]] = []  # (who, message number) in the order handed over
-    runs: list[int] = []
+def _recorders(
+    seen: list[tuple[str, int]], runs: list[int]
+) -> tuple[Callable[[list[Any]], None], Callable[[str], Callable[[str, str | None, bytes, bytes], None]]]:
+    """A ``run_cb`` and a maker of one-by-one callbacks that note (who, message number) in
+    ``seen`` in the order they are handed over; ``runs`` gets each run's length."""
 
     def run_cb(events: list[Any]) -> None:
         runs.append(len(events))
@@ -387,6 +385,17 @@ async def test_runs_reach_run_callbacks_in_arrival_order(
 
         return cb
 
+    return run_cb, one_by_one
+
+
+async def test_runs_reach_run_callbacks_in_arrival_order(
+    nats_server: NatsServer, link: LeafConnection
+) -> None:
+    """Consecutive messages only one ``run_cb`` subscription matches come in one call; others
+    one by one; across all subscriptions in the order the hub sent them."""
+    seen: list[tuple[str, int]] = []  # (who, message number) in the order handed over
+    runs: list[int] = []
+    run_cb, one_by_one = _recorders(seen, runs)
     link.subscribe("r.>", one_by_one("r-single"), run_cb=run_cb)
     link.subscribe("p.>", one_by_one("p"))
     link.subscribe("r.both", one_by_one("both"))  # r.both: two subscriptions match
@@ -426,16 +435,7 @@ async def test_owned_prefix_routing_sees_a_subscription_made_mid_read(
     seen: list[tuple[str, int]] = []
     runs: list[int] = []
     added: list[Any] = []
-
-    def run_cb(events: list[Any]) -> None:
-        runs.append(len(events))
-        seen.extend(("run", int(ev[4])) for ev in events)
-
-    def single(who: str) -> Callable[[str, str | None, bytes, bytes], None]:
-        def cb(subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
-            seen.append((who, int(payload)))
-
-        return cb
+    run_cb, single = _recorders(seen, runs)
 
     def on_c(subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
         seen.append(("c", int(payload)))
