@@ -14,7 +14,6 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,32 +30,28 @@ class NatsServerError(JetlogError):
     """The nats-server binary is missing or did not start."""
 
 
-def _parent_death_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGTERM when its starter exits
-    (``PR_SET_PDEATHSIG``, Linux), so no server outlives a ``kill -9`` of jetlog, a test run or a
-    benchmark. ``None`` where that does not exist.
-
-    ``prctl`` is looked up here, in the parent: the child of a threaded process must not
-    ``dlopen`` between fork and exec (another thread may have held the loader's lock at the
-    fork). The signal follows the *thread* that forks, so start servers from a thread that
-    lives as long as they do (an event loop's). A starter that dies between the fork and the
-    ``prctl`` is caught by the parent-pid check."""
-    if not sys.platform.startswith("linux"):
-        return None
+def _die_with_parent() -> None:
+    """In the forked child, before exec: SIGTERM when the parent exits (``PR_SET_PDEATHSIG``),
+    so a server outside jetlog's process group does not outlive a ``kill -9`` of jetlog."""
     import ctypes
 
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    starter = os.getpid()
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, 15, 0, 0, 0)
 
-    def hook() -> None:
-        prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGTERM
-        if os.getppid() != starter:
-            os._exit(0)  # the starter is already gone: do not start at all
 
-    return hook
+def _parent_death_prefix() -> list[str]:
+    """``setpriv --pdeathsig TERM --`` (util-linux) where it exists: the server it execs gets
+    SIGTERM when the thread that started it exits, so no server outlives a ``kill -9`` of
+    jetlog, a test run or a benchmark. An exec wrapper rather than a ``preexec_fn``: with one,
+    ``subprocess`` forks the whole interpreter (instead of ``vfork``) and runs every loaded
+    library's at-fork handlers, and the Spark tests' session then no longer found the
+    ``jetlog`` data source (cause inside pyspark/py4j not pinned down). Start servers from a
+    thread that lives as long as they do (an event loop's)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
 
 
 def find_nats_server() -> str:
@@ -99,7 +94,8 @@ class NatsServer:
     """Start the server in a process group of its own (``jetlog dev``): a Ctrl-C or a signal to
     jetlog's process group then reaches jetlog only, which stops the node before the server.
     Every server, in its own group or not, dies with the process that started it (Linux
-    parent-death signal), so none is left behind by a killed test run or benchmark."""
+    parent-death signal through ``setpriv``; without ``setpriv`` only a server in its own
+    group), so none is left behind by a killed test run or benchmark."""
     host: str = "127.0.0.1"
     client_port: int = -1
     leaf_port: int = -1
@@ -142,12 +138,13 @@ class NatsServer:
         with open(conf, "w") as f:
             f.write(self._config(self._tmp.name))
         extra: dict[str, object] = {}
+        prefix = _parent_death_prefix()
         if self.own_process_group:
             extra["start_new_session"] = True
-        hook = _parent_death_hook()
-        if hook is not None:
-            extra["preexec_fn"] = hook
+            if not prefix and sys.platform == "linux":
+                extra["preexec_fn"] = _die_with_parent
         self.proc = await asyncio.create_subprocess_exec(
+            *prefix,
             binary,
             "-c",
             conf,
