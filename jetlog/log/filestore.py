@@ -1,6 +1,6 @@
 """``FileStore``: a stream's messages in a directory of segment files (see ``segment.py`` for the
-layout, ``recovery.py`` for opening, ``commit.py`` for group commit, ``compaction.py`` for the
-rewrite rules and the op invariant).
+layout, ``recovery.py`` and ``fileopen.py`` for opening, ``fileclose.py`` for closing,
+``commit.py`` for group commit, ``compaction.py`` for the rewrite rules and the op invariant).
 
 Where work runs: the commit path (seal, write, sync) runs on the loop, with the fsyncs done by
 the per-loop helper process of ``syncer.py`` (no thread of this process is involved, so a busy
@@ -41,20 +41,22 @@ from typing import Any
 import zstandard
 
 from jetlog.errors import CorruptSegmentError, StorageError, StreamUnavailableError
+from jetlog.log import fileclose
 from jetlog.log import filereplica as fr
 from jetlog.log.base import IndexedStore
 from jetlog.log.commit import OpenBatch, PendingBatch, Roll, StoreSync
 from jetlog.log.compaction import delete_segments, rewrite_segment
 from jetlog.log.epochs import EpochCache
 from jetlog.log.fileappend import append_records
+from jetlog.log.fileopen import RecoveredDir, recover_dir
 from jetlog.log.index import Block, Index
-from jetlog.log.maintenance import Maintenance, idx_snapshot
+from jetlog.log.maintenance import Maintenance
 from jetlog.log.pipeline import Flusher
 from jetlog.log.rawread import RunReader, bulk_reader, run_reader, stored_headers
-from jetlog.log.recovery import Recovered, prepare_dir, write_idx_file
+from jetlog.log.recovery import Recovered
 from jetlog.log.replica import cap_raw, check_max_batch, merge_op
 from jetlog.log.scrub import Scrub
-from jetlog.log.segment import OsIO, Segment, SegmentIO, read_record
+from jetlog.log.segment import Segment, SegmentIO, read_record
 from jetlog.log.store import NO_FLOOR, Pos, RecoveryReport, ReplicaRead, StoredHeaders, StoredMsg
 from jetlog.log.syncer import Syncer, SyncService, ThreadSync, acquire_syncer
 from jetlog.wire import records as rc
@@ -67,62 +69,7 @@ _SPLIT = rc.SPLIT_BODY
 _OPS = rc.OP_SIZE
 _FD_CACHE = 64
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore", "RecoveredDir", "recover_dir"]
-
-
-class RecoveredDir:
-    """A store directory locked and recovered by ``recover_dir``, not yet taken over by a
-    ``FileStore``. Whoever holds one either passes it to ``FileStore.open`` or calls
-    ``discard`` (the directory stays locked until one of the two)."""
-
-    __slots__ = ("_parts",)
-
-    def __init__(
-        self, io: SegmentIO, lock_fd: int, rec: Recovered, ix: Index, epochs: list[tuple[int, Pos]]
-    ) -> None:
-        self._parts: tuple[SegmentIO, int, Recovered, Index, list[tuple[int, Pos]]] | None = (
-            io,
-            lock_fd,
-            rec,
-            ix,
-            epochs,
-        )
-
-    def take(self) -> tuple[SegmentIO, int, Recovered, Index, list[tuple[int, Pos]]]:
-        """The parts, once: the caller owns the lock fd from here on."""
-        parts, self._parts = self._parts, None
-        if parts is None:
-            raise StorageError("a recovered store directory was taken over twice")
-        return parts
-
-    def discard(self) -> None:
-        """Unlock the directory without opening a store on it (recovery leaves no other fd
-        open: segments are opened when a store takes them over)."""
-        parts, self._parts = self._parts, None
-        if parts is not None:
-            os.close(parts[1])
-
-
-def recover_dir(
-    path: str,
-    *,
-    io: SegmentIO | None = None,
-    verify: bool = True,
-    first_seq: int = 1,
-    lazy_verify: bool = False,
-) -> RecoveredDir:
-    """Create if needed, lock and recover the store directory ``path`` (blocking: a thread).
-    See ``FileStore.open`` for the arguments. Raises ``StorageError``."""
-    sio: SegmentIO = io if io is not None else OsIO()
-    lock_fd = prepare_dir(path, sio)
-    try:
-        rec, ix, epochs = fr.recover_all(path, sio, verify, first_seq, lazy_verify)
-    except BaseException as exc:
-        os.close(lock_fd)
-        if isinstance(exc, OSError):
-            raise StorageError(f"cannot open store {path}: {exc}") from exc
-        raise
-    return RecoveredDir(sio, lock_fd, rec, ix, epochs)
+__all__ = ["DEFAULT_SEGMENT_BYTES", "FileStore"]
 
 
 class FileStore(IndexedStore):
@@ -586,56 +533,7 @@ class FileStore(IndexedStore):
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._refuse = True
-        await self.scrub.stop()
-        if self._failed is None:
-            self._fl.stopping = True
-            self._fl.kick()
-            with contextlib.suppress(Exception):
-                await self._fl.task
-            await self._maint.indexes_written()
-            await self._maint.stop()
-            w = self._wseg
-            if self._failed is None and w.fd is not None and w.alloc > w.size:
-                # A preallocated writer ends at its data again. Not synced for that: if the
-                # cut is lost, recovery cuts the zero tail itself.
-                try:
-                    self._io.truncate(w.fd, w.size)
-                    w.alloc = 0
-                except OSError as exc:
-                    log.warning("could not cut %s back to its data: %s", w.path, exc)
-            if self._failed is None and self._fl.unsynced and w.fd is not None:
-                try:  # interval mode: what was written since the last sync becomes durable now
-                    await self._ss.sync_writer()
-                except OSError as exc:
-                    self._fail(exc)
-            seg = self._seg
-            if self._failed is None and not _idx_current(seg, self.epoch):
-                try:
-                    build = idx_snapshot(self, seg)
-                    await asyncio.to_thread(lambda: write_idx_file(seg, self._io, build(), unless_same=True))
-                except OSError as exc:
-                    log.warning("could not write index of %s: %s", seg.path, exc)
-        else:
-            self._fl.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._fl.task
-            await self._maint.indexes_written()
-            await self._maint.stop()
-        await self._shutdown()
-
-    async def _shutdown(self) -> None:
-        # The store thread first: with ``syncer="thread"`` a cancelled job's sync may still run
-        # there on our fds. Joined in a thread: the loop serves other streams meanwhile.
-        await asyncio.to_thread(self._exec.shutdown, True)
-        for seg in self._segs:
-            self._close_fd(seg)
-        with contextlib.suppress(OSError):
-            os.close(self._lock_fd)
-        await self._ss.close()
+        await fileclose.close(self)
 
     async def destroy(self) -> None:
         await self.close()
@@ -643,27 +541,4 @@ class FileStore(IndexedStore):
 
     async def _abandon(self) -> None:
         """Test hook: drop everything as a crash would (no flush, no index files)."""
-        self._closed = True
-        self._refuse = True
-        await self.scrub.stop()
-        self._fl.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._fl.task
-        await self._maint.cancel_indexes()
-        await self._maint.stop()
-        await self._shutdown()
-
-
-def _idx_current(seg: Segment, epoch: int) -> bool:
-    """The index file found at open still describes ``seg`` exactly, with the store's epoch:
-    the segment holds the same bytes (its size and the running CRC of what this process
-    found and wrote are those the file recorded; a truncation, a rewrite or damage found by
-    the scrub leaves the running CRC unknown). A close then has nothing to write: encoding
-    the index to find it unchanged copied every column of the writer segment (~1 ms per
-    100,000 messages) and took a thread per store."""
-    f = seg.idx_file
-    return (
-        f is not None
-        and seg.wcrc is not None
-        and (seg.size, seg.wlen, seg.wcrc, epoch) == (f[0], f[0], f[1], f[2])
-    )
+        await fileclose.abandon(self)

@@ -13,6 +13,9 @@ Per subject (``Subjects``): a sorted ``array('Q')`` of live sequences with a hea
 first/last/count are O(1), removals at the front are O(1) amortised, and "first ≥ n" /
 "last ≤ n" are bisections. Wildcard filters resolve to a set of subject ids, cached and kept up
 to date incrementally through a ``Sublist`` of the cached filters.
+
+The blocks of a whole segment at a time (built from its columns at recovery and compaction,
+swapped, dropped, read back for its index file) are handled in ``segblocks.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Iterator
 from itertools import compress
 from typing import Any
 
-from jetlog.log.columns import extend_col, own_columns
+from jetlog.log.columns import own_columns
 from jetlog.log.subject_index import Subjects
 
 BLOCK_MAX = 8192
@@ -519,112 +522,7 @@ class Index:
         out.extend(range(prev + 1, self.last_seq + 1))
         return out
 
-    # ---- bulk construction (recovery, compaction) ---------------------------------------
-    def make_blocks(
-        self,
-        seg: Any,
-        seqs: array[int],
-        ts: array[int],
-        sid: array[int],
-        size: array[int],
-        pos: array[int],
-        aux: array[int],
-        live: bytearray,
-        keep_dead: bool,
-        sums: tuple[int, array[int] | None] = (0, None),
-    ) -> list[Block]:
-        """Blocks for a segment's columns (dead entries dropped unless ``keep_dead``). Does not
-        touch any counter. ``sums``: ``(chunk, per-chunk sums of size)`` from an index file
-        (``SegmentData.size_sums``), used when chunks are blocks and every entry is live."""
-        chunk, per = sums
-        dead = live.count(0)
-        if chunk != BLOCK_MAX or dead:
-            per = None
-        if not keep_dead and dead:
-            seqs = array("Q", compress(seqs, live))
-            ts = array("q", compress(ts, live))
-            sid = array("I", compress(sid, live))
-            size = array("I", compress(size, live))
-            pos = array("I", compress(pos, live))
-            aux = array("I", compress(aux, live))
-            live = bytearray(b"\x01") * len(seqs)
-            dead = 0
-        out: list[Block] = []
-        for c in range(0, len(seqs), BLOCK_MAX):
-            e = c + BLOCK_MAX
-            blk = Block(seg, keep_dead, self.payload)
-            blk.seqs, blk.ts, blk.sid = seqs[c:e], ts[c:e], sid[c:e]
-            blk.size, blk.pos, blk.aux = size[c:e], pos[c:e], aux[c:e]
-            blk.live = live[c:e]
-            blk.nlive = blk.live.count(1) if dead else len(blk.live)
-            # All live (recovery of a store without removals): no mask to apply, and with the
-            # file's sums not even a pass over the sizes (a Python step per entry).
-            if per is not None:
-                blk.live_bytes = per[c // BLOCK_MAX]
-            elif blk.nlive == len(blk.live):
-                blk.live_bytes = sum(blk.size)
-            else:
-                blk.live_bytes = sum(compress(blk.size, blk.live))
-            out.append(blk)
-        if keep_dead and out:
-            # A writer segment's last block is where appends go (``add``, ``add_run``,
-            # ``replica.index_extend``): it must own its columns. The others are never grown
-            # or written to (compaction and pruning build new arrays; positions are set only
-            # for entries still being appended).
-            out[-1].own()
-        return out
-
-    def bulk_load(
-        self,
-        seg: Any,
-        seqs: array[int],
-        ts: array[int],
-        sid: array[int],
-        size: array[int],
-        pos: array[int],
-        aux: array[int],
-        live: bytearray,
-        keep_dead: bool,
-        sums: tuple[int, array[int] | None] = (0, None),
-        one_sid: int | None = None,
-    ) -> None:
-        """Append a segment's columns (sequences above every existing entry) with liveness.
-        ``sums``: see :meth:`make_blocks`; ``one_sid``: the subject of every entry, when the
-        caller knows there is one (a segment whose subject table has one name)."""
-        subjects = self.subjects
-        for blk in self.make_blocks(seg, seqs, ts, sid, size, pos, aux, live, keep_dead, sums):
-            self.blocks.append(blk)
-            self.firsts.append(blk.seqs[0])
-            if blk.nlive:
-                if blk.nlive == len(blk.seqs):
-                    if one_sid is not None:
-                        subjects.extend(one_sid, blk.seqs)
-                    else:
-                        subjects.add_many(blk.seqs, blk.sid)
-                else:
-                    subjects.add_many(
-                        array("Q", compress(blk.seqs, blk.live)), array("I", compress(blk.sid, blk.live))
-                    )
-                if not self.msgs:
-                    self.first = blk.seqs[blk.live.find(1)]
-                self.msgs += blk.nlive
-                self.bytes += blk.live_bytes
-                if seg is not None:
-                    seg.nlive += blk.nlive
-
-    def replace_blocks(self, seg: Any, blocks: list[Block]) -> None:
-        """Swap the blocks of ``seg`` for ``blocks`` (same live messages, new locations)."""
-        keep = [b for b in self.blocks if b.seg is not seg]
-        keep.extend(b for b in blocks if b.seqs)
-        keep.sort(key=lambda b: b.seqs[0])
-        self.blocks = keep
-        self.firsts = [b.seqs[0] for b in keep]
-
-    def drop_segments(self, segs: set[Any]) -> None:
-        """Forget the blocks of deleted segments (nothing in them is live)."""
-        self.blocks = [b for b in self.blocks if b.seg not in segs]
-        self.firsts = [b.seqs[0] for b in self.blocks]
-
+    # ---- positions --------------------------------------------------------------------------
     def pos_ranges(self, first: int, last: int) -> Iterator[tuple[Any, int, int]]:
         """``(block, i, j)``: the slices ``block.pos[i:j]`` of the entries with sequence in
         ``[first, last]``, in order."""
@@ -643,27 +541,3 @@ class Index:
         their file offset only once written)."""
         for blk, i, j in self.pos_ranges(first, last):
             blk.pos[i:j] = array("I", [pos]) * (j - i)
-
-    def segment_columns(self, seg: Any) -> tuple[array[int], ...]:
-        """Concatenated (seqs, ts, sid, size, pos, aux) of every entry of ``seg``."""
-        cols: tuple[array[int], ...] = (
-            array("Q"),
-            array("q"),
-            array("I"),
-            array("I"),
-            array("I"),
-            array("I"),
-        )
-        for b in self.blocks:
-            if b.seg is seg:
-                for dst, src in zip(cols, (b.seqs, b.ts, b.sid, b.size, b.pos, b.aux), strict=True):
-                    extend_col(dst, src)
-        return cols
-
-    def segment_live_seqs(self, seg: Any) -> array[int]:
-        """Live sequences of ``seg``, ascending."""
-        out = array("Q")
-        for b in self.blocks:
-            if b.seg is seg and b.nlive:
-                out.extend(compress(b.seqs, b.live))
-        return out

@@ -23,6 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jetlog.errors import StorageError
 from jetlog.log.idxfile import checked_content_crc, encode_idx
 from jetlog.log.recovery import write_idx_file
+from jetlog.log.segblocks import (
+    drop_segments,
+    make_blocks,
+    replace_blocks,
+    segment_columns,
+    segment_live_seqs,
+)
 from jetlog.log.segment import seg_table
 
 if TYPE_CHECKING:
@@ -165,7 +172,7 @@ class Maintenance:
         st._segs = [s for s in st._segs if s not in gone]
         for s in victims:
             st._close_fd(s)
-        st._ix.drop_segments(gone)
+        drop_segments(st._ix, gone)
         self.deleted += len(victims)
         log.debug("retention deleted %d segments of %s", len(victims), st.path)
 
@@ -193,7 +200,7 @@ class Maintenance:
         st = self._store
         seg.compacting = True
         try:
-            live = st._ix.segment_live_seqs(seg)
+            live = segment_live_seqs(st._ix, seg)
             older = [
                 (t.min_seq, t.max_seq)
                 for t in st._segs
@@ -225,14 +232,14 @@ class Maintenance:
         d = res.data
         gsid = {k: ix.subjects.intern(n) for k, n in d.subjects.items()}
         sid = array("I", [gsid[x] for x in d.lsid])
-        cur = ix.segment_live_seqs(seg)
+        cur = segment_live_seqs(ix, seg)
         if len(cur) == len(d.seqs):
             live = bytearray(b"\x01") * len(d.seqs)
         else:
             alive = set(cur)
             live = bytearray(1 if s in alive else 0 for s in d.seqs)
-        blocks = ix.make_blocks(seg, d.seqs, d.ts, sid, d.size, d.pos, d.aux, live, False)
-        ix.replace_blocks(seg, blocks)
+        blocks = make_blocks(ix, seg, d.seqs, d.ts, sid, d.size, d.pos, d.aux, live, False)
+        replace_blocks(ix, seg, blocks)
         st._close_fd(seg)
         seg.fd = res.fd
         st._fd_lru[seg] = None
@@ -291,7 +298,7 @@ class Maintenance:
             log.warning("could not write index of %s (a crash would scan it): %s", seg.path, exc)
             return
         assert crc is not None  # ``writer_quiet`` requires the running CRC
-        # What a close compares with (``filestore._idx_current``): unchanged, no rewrite.
+        # What a close compares with (``fileclose._idx_current``): unchanged, no rewrite.
         seg.idx_file = (covered, crc, epoch)
 
     def _track(self, coro: Any) -> None:
@@ -354,7 +361,7 @@ class Maintenance:
 def idx_snapshot(store: MaintenanceHost, seg: Segment) -> Callable[[], bytes]:
     """Copy (on the loop) what ``seg``'s index file lists; the returned function encodes it in
     a thread. Subject ids are written as the file's subject keys (no per-record work)."""
-    seqs, ts, sid, size, pos, aux = store._ix.segment_columns(seg)
+    seqs, ts, sid, size, pos, aux = segment_columns(store._ix, seg)
     names = store._ix.subjects.names
     ttl = dict(seg.ttl)
     ops = array("Q", seg.ops)

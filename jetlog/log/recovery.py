@@ -44,6 +44,7 @@ from jetlog.errors import StorageError
 from jetlog.log.idxfile import encode_idx, map_idx, verify_idx
 from jetlog.log.index import Index
 from jetlog.log.positions import NULL_LAST, is_null
+from jetlog.log.segblocks import bulk_load
 from jetlog.log.segment import (
     Segment,
     SegmentData,
@@ -520,7 +521,7 @@ def build_index(rec: Recovered) -> Index:
         # checked that every record's subject key is in the table).
         one = next(iter(gsid.values())) if len(gsid) == 1 else None
         sums = (d.sum_chunk, d.size_sums)
-        ix.bulk_load(seg, d.seqs, d.ts, sids, d.size, d.pos, d.aux, live, seg is last, sums, one)
+        bulk_load(ix, seg, d.seqs, d.ts, sids, d.size, d.pos, d.aux, live, seg is last, sums, one)
         for s, exp in d.ttl.items():
             i = bisect_left(d.seqs, s)
             if i < n and live[i]:

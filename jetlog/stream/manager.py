@@ -24,7 +24,7 @@ import msgspec
 
 from jetlog.errors import JetlogError, StorageError
 from jetlog.fsutil import fsync_dir, write_atomic
-from jetlog.log.filestore import RecoveredDir
+from jetlog.log.fileopen import RecoveredDir
 from jetlog.log.store import MsgStore
 from jetlog.stream.preload import Discardable, Preloaded, preload
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream

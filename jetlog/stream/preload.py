@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import msgspec
 
 from jetlog.errors import StorageError
-from jetlog.log.filestore import RecoveredDir, recover_dir
+from jetlog.log.fileopen import RecoveredDir, recover_dir
 
 log = logging.getLogger("jetlog.streams")
 

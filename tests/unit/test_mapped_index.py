@@ -13,6 +13,7 @@ import pytest
 
 from jetlog.log import idxfile as idxfile_mod
 from jetlog.log import index as index_mod
+from jetlog.log import segblocks as segblocks_mod
 from jetlog.log.columns import extend_col, owned
 from jetlog.log.filestore import FileStore
 from jetlog.log.idxfile import decode_idx, map_idx
@@ -184,7 +185,7 @@ async def test_blocks_take_their_byte_counts_from_the_index_files_sums(
         summed.append(1)
         return builtins.sum(col, *a)  # type: ignore[call-overload, no-any-return]
 
-    monkeypatch.setattr(index_mod, "sum", counting, raising=False)
+    monkeypatch.setattr(segblocks_mod, "sum", counting, raising=False)
     st = await _open(tmp_path, lazy_verify=True)
     try:
         assert not summed  # every block's bytes came from a file

@@ -244,17 +244,17 @@ async def test_a_close_encodes_the_writers_index_only_when_it_changed(
     """A store closed with its writer segment as the index file found at open described it
     does not even build the index (no column copies, no thread): only a change, an index of
     an older format, or a new epoch make it encode one."""
-    from jetlog.log import filestore
+    from jetlog.log import fileclose
 
     model = await _filled(tmp_path)
     built: list[int] = []
-    real = filestore.idx_snapshot
+    real = fileclose.idx_snapshot
 
     def counting(store: object, seg: object) -> object:
         built.append(1)
         return real(store, seg)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(filestore, "idx_snapshot", counting)
+    monkeypatch.setattr(fileclose, "idx_snapshot", counting)
     writer = _logs(tmp_path)[-1]
     idx_path = writer[:-4] + ".idx"
     for _ in range(2):

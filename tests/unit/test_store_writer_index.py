@@ -123,10 +123,10 @@ async def test_a_close_after_it_finds_the_index_current(
     await _until(lambda: not store._maint._idx_tasks)
     written: list[str] = []
     real = mnt.write_idx_file
-    monkeypatch.setattr("jetlog.log.filestore.write_idx_file", lambda seg, *a, **k: written.append(seg.path))
+    monkeypatch.setattr("jetlog.log.fileclose.write_idx_file", lambda seg, *a, **k: written.append(seg.path))
     await store.close()
     assert written == []  # nothing changed since: the close leaves the file alone
-    monkeypatch.setattr("jetlog.log.filestore.write_idx_file", real)
+    monkeypatch.setattr("jetlog.log.fileclose.write_idx_file", real)
     store = await _open(tmp_path, segment_bytes=1 << 22)
     try:
         assert store.recovery.rebuilt_indexes == 0 and store.recovery.truncated_bytes == 0

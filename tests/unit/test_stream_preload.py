@@ -17,7 +17,7 @@ from jetlog.api.models import decode_stored_config, decode_stream_config, encode
 from jetlog.config import Storage
 from jetlog.consumer.store import LoadedLog, read_log
 from jetlog.errors import StorageError
-from jetlog.log.filestore import recover_dir
+from jetlog.log.fileopen import recover_dir
 from jetlog.stream.config import normalize_stream_config
 from jetlog.stream.manager import StreamManager
 from jetlog.stream.preload import Preloaded, preload
