@@ -91,7 +91,7 @@ def bulk_load(
     one_sid: int | None = None,
 ) -> None:
     """Append a segment's columns (sequences above every existing entry) with liveness.
-    ``sums``: see :meth:`make_blocks`; ``one_sid``: the subject of every entry, when the
+    ``sums``: see :func:`make_blocks`; ``one_sid``: the subject of every entry, when the
     caller knows there is one (a segment whose subject table has one name)."""
     subjects = ix.subjects
     for blk in make_blocks(ix, seg, seqs, ts, sid, size, pos, aux, live, keep_dead, sums):
