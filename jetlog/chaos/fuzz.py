@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jetlog.chaos import fuzzgen as G
+from jetlog.chaos import fuzzreq as R
 from jetlog.chaos.fuzzrun import Answer, FuzzError, RawClient, TargetResult, run_target
 from jetlog.devcluster import serve_argv
 from jetlog.embedded import NatsServer
@@ -58,7 +58,7 @@ def compare(report: FuzzReport) -> None:
     if report.nats is None:
         return
     for a, b in zip(report.jetlog.answers, report.nats.answers, strict=False):
-        if a.req.kind == G.KIND_JETLOG or not a.req.reply:
+        if a.req.kind == R.KIND_JETLOG or not a.req.reply:
             continue
         if not a.answered and b.answered:
             report.only_jetlog_unanswered.append((a, b))

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jetlog.chaos import fuzzgen as G
+from jetlog.chaos import fuzzreq as R
 from jetlog.errors import JetlogError
 from jetlog.spark.natsproto import Msg, new_inbox
 
@@ -207,7 +208,7 @@ def classify(kind: str, msg: Msg | None) -> str:
         return "none"
     if msg.status:
         return f"status:{msg.status}"
-    if kind in (G.KIND_DIRECT, G.KIND_NEXT, G.KIND_JETLOG):
+    if kind in (R.KIND_DIRECT, R.KIND_NEXT, R.KIND_JETLOG):
         return "msg"
     if not msg.data:
         return "empty"
@@ -227,7 +228,7 @@ def classify(kind: str, msg: Msg | None) -> str:
 class Answer:
     """What one request got."""
 
-    req: G.FuzzRequest
+    req: R.FuzzRequest
     sig: str = "none"
     late: bool = False
     latency: float = 0.0
@@ -268,7 +269,7 @@ class TargetResult:
         return [
             a
             for a in self.answers
-            if a.req.kind in (G.KIND_JSON, G.KIND_PUB) and a.sig in ("nonjson", "empty", "msg")
+            if a.req.kind in (R.KIND_JSON, R.KIND_PUB) and a.sig in ("nonjson", "empty", "msg")
         ]
 
 
@@ -280,7 +281,7 @@ async def _probe(client: RawClient, res: TargetResult, timeout: float = 5.0) -> 
     for _ in range(3):
         t0 = time.monotonic()
         msg = await client.request("$JS.API.INFO", b"", timeout)
-        if msg is not None and classify(G.KIND_JSON, msg) == "json-ok":
+        if msg is not None and classify(R.KIND_JSON, msg) == "json-ok":
             res.probes.append(time.monotonic() - t0)
             return True
         res.failed_probes += 1
@@ -288,8 +289,8 @@ async def _probe(client: RawClient, res: TargetResult, timeout: float = 5.0) -> 
 
 
 async def _setup(client: RawClient) -> None:
-    for subject, body in G.SETUP:
-        kind = G.KIND_JSON if subject.startswith("$JS.API.") else G.KIND_PUB
+    for subject, body in R.SETUP:
+        kind = R.KIND_JSON if subject.startswith("$JS.API.") else R.KIND_PUB
         msg = await client.request(subject, body, 10.0)
         sig = classify(kind, msg)
         if sig != "json-ok":
@@ -301,10 +302,10 @@ async def _health(client: RawClient, res: TargetResult) -> None:
     """After the run: STREAM.INFO, a publish and a consume on FZ must work."""
     steps: list[str] = []
     msg = await client.request("$JS.API.STREAM.INFO.FZ", b"", 10.0)
-    steps.append(f"STREAM.INFO {classify(G.KIND_JSON, msg)}")
+    steps.append(f"STREAM.INFO {classify(R.KIND_JSON, msg)}")
     payload = b"health-" + str(res.seed).encode()
     ack = await client.request("fz.health", payload, 10.0)
-    steps.append(f"publish {classify(G.KIND_PUB, ack)}")
+    steps.append(f"publish {classify(R.KIND_PUB, ack)}")
     cfg = {
         "stream_name": "FZ",
         "config": {
@@ -315,12 +316,12 @@ async def _health(client: RawClient, res: TargetResult) -> None:
         },
     }
     made = await client.request("$JS.API.CONSUMER.CREATE.FZ.HEALTH", json.dumps(cfg).encode(), 10.0)
-    steps.append(f"consumer {classify(G.KIND_JSON, made)}")
+    steps.append(f"consumer {classify(R.KIND_JSON, made)}")
     got = await client.request(
         "$JS.API.CONSUMER.MSG.NEXT.FZ.HEALTH", b'{"batch":1,"expires":3000000000}', 10.0
     )
     consumed = got is not None and not got.status and got.data == payload
-    steps.append("consume " + ("ok" if consumed else classify(G.KIND_NEXT, got)))
+    steps.append("consume " + ("ok" if consumed else classify(R.KIND_NEXT, got)))
     res.health_detail = ", ".join(steps)
     res.healthy = steps[:3] == ["STREAM.INFO json-ok", "publish json-ok", "consumer json-ok"] and consumed
 
@@ -367,7 +368,7 @@ async def run_target(
             a.sig = classify(a.req.kind, msg)
             a.first = msg.hdr[:200] + msg.data[:300]
             client.unsubscribe(sid)
-        elif a.req.kind == G.KIND_NEXT:
+        elif a.req.kind == R.KIND_NEXT:
             # A waiting pull request must lose its interest now, as on every target.
             client.unsubscribe(sid)
         else:

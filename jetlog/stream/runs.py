@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import JetlogError
-from jetlog.stream.limits import StreamLimits
-from jetlog.stream.seams import FOLLOWER, Outbound, Replication, StreamStats
+from jetlog.stream.commit import StreamCommit
+from jetlog.stream.seams import FOLLOWER, StreamStats
 
 log = logging.getLogger("jetlog.stream")
 
@@ -35,14 +35,10 @@ CapturedMsg = tuple[Any, str, "str | None", bytes, bytes, Any]
 """A leaf link ``MSG`` event: ``(kind, subject, reply, header block, payload, queues)``."""
 
 
-class StreamRuns(StreamLimits):
+class StreamRuns(StreamCommit):
     """The run path of a stream's capture (the state used is set by ``Stream.__init__``)."""
 
-    name: str
     domain: str | None
-    out: Outbound
-    role: str
-    repl: Replication | None
     stats: StreamStats
     failed: JetlogError | None
     last_msg_id: str
@@ -50,7 +46,6 @@ class StreamRuns(StreamLimits):
     if TYPE_CHECKING:  # defined by ``Stream``
 
         def process(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None: ...
-        def _queue(self, ticket: int, subject: str, payload: bytes, hdr: bytes = b"") -> None: ...
 
     def process_run(self, events: Sequence[CapturedMsg]) -> None:
         """Handle messages captured in one socket read, in order (the leaf link's run

@@ -12,7 +12,8 @@ import pytest
 
 from jetlog.api import models as M
 from jetlog.api.fetch import FetchRequest, decode_fetch, decode_offsets, fetch
-from jetlog.chaos.fuzzgen import KIND_JETLOG, SETUP, requests
+from jetlog.chaos.fuzzgen import requests
+from jetlog.chaos.fuzzreq import KIND_JETLOG, SETUP
 from jetlog.consumer.wire import Rejection, parse_pull_request
 from jetlog.errors import ApiError
 from jetlog.log import FileStore
