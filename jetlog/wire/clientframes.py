@@ -2,7 +2,7 @@
 
 The client link keeps nats-py for the connection (handshake, auth, TLS, PING/PONG, ``-ERR``)
 but takes the messages of its raw subscriptions straight from the socket (see
-``transport/client.py``): :class:`ClientSplitter` cuts the server's byte stream into whole
+``transport/client_raw.py``): :class:`ClientSplitter` cuts the server's byte stream into whole
 operations, returns the ``MSG``/``HMSG`` frames of the subscription ids it is told about as
 parsed tuples, and everything else, byte for byte and in order, as whole operations for
 nats-py's own parser. Grammar (nats-server ``client.go``, ``processMsgArgs`` on the client
