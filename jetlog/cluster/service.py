@@ -30,6 +30,7 @@ from jetlog.cluster.liveness import Liveness
 from jetlog.cluster.raftloop import Applied as MT_Applied
 from jetlog.cluster.reconcile import Reconciler
 from jetlog.cluster.routing import Router
+from jetlog.cluster.status import ClusterViews
 from jetlog.errors import ApiError, E, JetlogError, TransportError
 from jetlog.observe import advisory
 from jetlog.tasklog import failure_logger
@@ -46,7 +47,7 @@ LEADING_WAIT_S = 2.0
 """``jetlog status``: members, the Raft leader, and each stream's leader, ISR and lag."""
 
 
-class ClusterNode:
+class ClusterNode(ClusterViews):
     """Everything cluster-specific one node runs."""
 
     def __init__(self, node: Any) -> None:
@@ -503,104 +504,6 @@ class ClusterNode:
             return bool(self.raft.is_leader)
         return a.leader == self.name
 
-    def cluster_info(self, name: str) -> dict[str, Any]:
-        """STREAM.INFO's ``cluster`` block (nats-server's shape)."""
-        a = self.state.streams.get(name)
-        out: dict[str, Any] = {"name": self.cluster}
-        if a is None:
-            return out
-        if a.leader:
-            out["leader"] = a.leader
-        role = self.reconciler.role_of(name) if self.reconciler is not None else None
-        replicas = []
-        leader_obj = role.obj if role is not None and role.kind == "leader" else None
-        lags = leader_obj.lags() if leader_obj is not None else {}
-        now = time.monotonic()
-        for r in a.replicas:
-            if r == a.leader:
-                continue
-            item: dict[str, Any] = {"name": r, "current": r in a.isr}
-            if leader_obj is not None and r in leader_obj.followers:
-                item["active"] = int(max(0.0, now - leader_obj.followers[r].last_fetch) * 1e9)
-                item["lag"] = lags[r]
-            else:
-                item["active"] = 0
-            if not self.liveness.alive(r):
-                item["offline"] = True
-            replicas.append(item)
-        if replicas:
-            out["replicas"] = replicas
-        return out
-
-    def catching_up(self) -> list[str]:
-        """Streams whose replica here is out of the ISR while another node leads them (this node
-        is still catching up); leaderless streams do not count (nothing to catch up from)."""
-        return catching_up(self.name, self.state.streams)
-
-    def metrics_view(self) -> dict[str, Any]:
-        """Figures for ``/metrics``: this node's Raft role and term, and per stream it holds a
-        replica of: ISR and replica counts, epoch, whether it leads, each follower's lag
-        (messages behind the leader's log end; known on the leader only) and, where it follows,
-        the replication fetches it has made (a caught-up follower of an idle stream makes one
-        per long poll)."""
-        streams: dict[str, Any] = {}
-        for name, a in self.state.streams.items():
-            if self.name not in a.replicas:
-                continue
-            role = self.reconciler.role_of(name) if self.reconciler is not None else None
-            leads = role is not None and role.kind == "leader"
-            streams[name] = {
-                "leader": leads,
-                "isr": len(a.isr),
-                "replicas": len(a.replicas),
-                "epoch": a.epoch,
-                "lag": role.obj.lags() if leads else {},  # type: ignore[union-attr]
-            }
-            if role is not None and role.kind == "follower":
-                streams[name]["fetches"] = role.obj.fetches
-        return {
-            "raft_leader": bool(self.raft.is_leader),
-            "raft_term": int(self.raft.term),
-            "streams": streams,
-        }
-
-    def meta_info(self) -> dict[str, Any]:
-        """``/jsz``'s ``meta_cluster`` (nats-server's MetaClusterInfo): the metadata group."""
-        out: dict[str, Any] = {"name": self.cluster}
-        leader = self.raft.leader()
-        if leader:
-            out["leader"] = leader
-        out["peer"] = self.name
-        out["replicas"] = [
-            {"name": m, "current": self.liveness.alive(m), "active": 0} for m in self.members if m != leader
-        ]
-        out["cluster_size"] = len(self.members)
-        return out
-
-    def status(self) -> dict[str, Any]:
-        """Members, the Raft leader and each stream's leader/ISR (``jetlog status``)."""
-        streams = {}
-        for name, a in sorted(self.state.streams.items()):
-            streams[name] = {
-                "leader": a.leader,
-                "epoch": a.epoch,
-                "replicas": list(a.replicas),
-                "isr": list(a.isr),
-            }
-        raft = self.raft.status()
-        return {
-            "node": self.name,
-            "cluster": self.cluster,
-            "raft_leader": raft.get("leader"),
-            "raft_term": raft.get("term"),
-            "raft": raft,
-            "members": {
-                m: {"alive": self.liveness.alive(m), "leads": self.liveness.load.get(m, 0)}
-                for m in self.members
-            },
-            "streams": streams,
-        }
-
     def _on_status(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
         # One node answers: the metadata node (the Raft leader), else nobody would agree.
         if not reply or self.router is None or self.router.metadata_node() != self.name:
@@ -618,13 +521,3 @@ class ClusterNode:
                 st["streams"][name]["lag"] = {r["name"]: r.get("lag", 0) for r in reps}
                 st["streams"][name]["messages"] = info.get("state", {}).get("messages", 0)
         self._send(reply, msgspec.json.encode(st))
-
-
-def catching_up(node: str, streams: dict[str, Any]) -> list[str]:
-    """Names of the streams ``node`` holds a replica of outside the ISR while another node
-    leads them (what keeps the node not ready)."""
-    return sorted(
-        name
-        for name, a in streams.items()
-        if node in a.replicas and node not in a.isr and a.leader and a.leader != node
-    )

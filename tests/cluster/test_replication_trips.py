@@ -15,7 +15,7 @@ import nats
 import pytest
 
 from jetlog.cluster.follower import WAIT_MS
-from jetlog.cluster.leader import HW_LINGER
+from jetlog.cluster.leaderfetch import HW_LINGER
 from jetlog.devcluster import LocalCluster
 
 from .conftest import node_metrics, stream_info, wait_for

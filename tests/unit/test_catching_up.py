@@ -4,7 +4,7 @@ streams keep a node "catching up"."""
 from __future__ import annotations
 
 from jetlog.cluster.meta import StreamAssignment
-from jetlog.cluster.service import catching_up
+from jetlog.cluster.status import catching_up
 
 
 def _a(

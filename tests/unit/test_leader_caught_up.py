@@ -1,11 +1,11 @@
-"""The leader's caught-up rule over its sampled log ends (``cluster.leader.caught_up_as_of``)."""
+"""The leader's caught-up rule over its sampled log ends (``cluster.leaderfetch.caught_up_as_of``)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetlog.cluster.leader import caught_up_as_of
+from jetlog.cluster.leaderfetch import caught_up_as_of
 
 HIST = [(1.0, (10, 0)), (1.2, (20, 0)), (1.4, (20, 0)), (1.6, (35, 0)), (1.8, (50, 0))]
 

@@ -16,9 +16,11 @@ from pathlib import Path
 import msgspec
 
 from jetlog.api.models import StreamConfigRequest
-from jetlog.cluster import leader as leader_mod
+from jetlog.cluster import leaderfetch as fetch_mod
 from jetlog.cluster.follower import StreamFollower
-from jetlog.cluster.leader import HW_LINGER, StreamLeader
+from jetlog.cluster.leader import StreamLeader
+from jetlog.cluster.leaderfetch import HW_LINGER
+from jetlog.cluster.ticker import _Ticker
 from jetlog.log import FileStore
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
 from jetlog.stream.stream import FOLLOWER, Stream
@@ -171,7 +173,7 @@ async def test_the_linger_counts_from_when_each_fetch_was_parked(tmp_path: Path,
     is not answered with the HW alone by that timer: under a synchronous publisher each fetch
     waits one publish and the next message carries the HW."""
     linger = 0.4
-    monkeypatch.setattr(leader_mod, "HW_LINGER", linger)
+    monkeypatch.setattr(fetch_mod, "HW_LINGER", linger)
     stream, leader, a, b = await _setup(tmp_path)
     try:
         await _shipped_once(stream, a, b)
@@ -201,7 +203,7 @@ async def test_the_linger_counts_from_when_each_fetch_was_parked(tmp_path: Path,
 
 async def test_the_next_message_carries_the_moved_high_water_mark(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # A long linger: whatever the machine's load, the message comes first.
-    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)
+    monkeypatch.setattr(fetch_mod, "HW_LINGER", 30.0)
     stream, leader, a, b = await _setup(tmp_path)
     try:
         await _shipped_once(stream, a, b)
@@ -228,7 +230,7 @@ async def test_one_ticker_task_runs_out_the_long_polls_of_every_leader(tmp_path:
     s1, l1, a1, _ = await _setup(tmp_path / "one")
     s2, l2, a2, _ = await _setup(tmp_path / "two")
     try:
-        assert set(leader_mod._Ticker.of(asyncio.get_running_loop()).leaders) == {l1, l2}
+        assert set(_Ticker.of(asyncio.get_running_loop()).leaders) == {l1, l2}
         assert len(_ticker_tasks()) == 1, "one task ticks every leader"
 
         def broken() -> None:
@@ -253,7 +255,7 @@ async def test_one_ticker_task_runs_out_the_long_polls_of_every_leader(tmp_path:
 
 
 async def test_a_follower_that_serves_reads_gets_hw_moves_at_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)  # only eagerness can answer in time
+    monkeypatch.setattr(fetch_mod, "HW_LINGER", 30.0)  # only eagerness can answer in time
     stream, leader, a, b = await _setup(tmp_path)
     try:
         await _shipped_once(stream, a, b)
@@ -278,7 +280,7 @@ async def test_a_follower_that_serves_reads_gets_hw_moves_at_once(tmp_path: Path
 async def test_a_read_on_a_follower_asks_the_leader_for_the_high_water_mark(
     tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(leader_mod, "HW_LINGER", 30.0)
+    monkeypatch.setattr(fetch_mod, "HW_LINGER", 30.0)
     stream, leader, a, b = await _setup(tmp_path / "leader")
     fstream = None
     try:
