@@ -388,6 +388,23 @@ def _recorders(
     return run_cb, one_by_one
 
 
+async def _publish_plan(
+    url: str, plan: list[tuple[str, list[str]]], seen: list[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """Publish message ``i`` (payload ``i``) to ``plan[i]``'s subject, then wait until ``seen``
+    holds as many entries as expected; returns the expected (who, i) entries in order."""
+    want = [(who, i) for i, (_, whos) in enumerate(plan) for who in whos]
+    nc = await nats.connect(url)
+    try:
+        for i, (subject, _) in enumerate(plan):
+            await nc.publish(subject, b"%d" % i)
+        await flush_barrier(nc)
+        await until(lambda: len(seen) >= len(want), what="every message")
+    finally:
+        await nc.close()
+    return want
+
+
 async def test_runs_reach_run_callbacks_in_arrival_order(
     nats_server: NatsServer, link: LeafConnection
 ) -> None:
@@ -400,23 +417,15 @@ async def test_runs_reach_run_callbacks_in_arrival_order(
     link.subscribe("p.>", one_by_one("p"))
     link.subscribe("r.both", one_by_one("both"))  # r.both: two subscriptions match
     await link.flush()
-    want: list[tuple[str, int]] = []
-    nc = await nats.connect(nats_server.url)
-    try:
-        for i in range(3000):
-            if i % 100 == 50:
-                await nc.publish("p.x", b"%d" % i)
-                want.append(("p", i))
-            elif i % 250 == 7:
-                await nc.publish("r.both", b"%d" % i)
-                want += [("r-single", i), ("both", i)]
-            else:
-                await nc.publish(f"r.{i % 3}", b"%d" % i)
-                want.append(("run", i))
-        await flush_barrier(nc)
-        await until(lambda: len(seen) >= len(want), what="every message")
-    finally:
-        await nc.close()
+    plan: list[tuple[str, list[str]]] = []  # (subject, who gets it), message i is plan[i]
+    for i in range(3000):
+        if i % 100 == 50:
+            plan.append(("p.x", ["p"]))
+        elif i % 250 == 7:
+            plan.append(("r.both", ["r-single", "both"]))
+        else:
+            plan.append((f"r.{i % 3}", ["run"]))
+    want = await _publish_plan(nats_server.url, plan, seen)
     # The two subscriptions of r.both are called in the sublist's order: compare as sets there.
     assert sorted(seen) == sorted(want)
     assert [n for _, n in seen] == [n for _, n in want]
@@ -445,25 +454,15 @@ async def test_owned_prefix_routing_sees_a_subscription_made_mid_read(
     link.subscribe("a.>", single("a-single"), run_cb=run_cb)
     link.subscribe("c.x", on_c)
     await link.flush()
-    want: list[tuple[str, int]] = []
-    nc = await nats.connect(nats_server.url)
-    try:
-        after = False
-        for i in range(3000):
-            if i == 1500:
-                await nc.publish("c.x", b"%d" % i)
-                want.append(("c", i))
-                after = True
-            elif after and i % 50 == 7:
-                await nc.publish("a.7", b"%d" % i)
-                want += [("a-single", i), ("a7", i)]
-            else:
-                await nc.publish(f"a.{i % 50}", b"%d" % i)
-                want.append(("run", i))
-        await flush_barrier(nc)
-        await until(lambda: len(seen) >= len(want), what="every message")
-    finally:
-        await nc.close()
+    plan: list[tuple[str, list[str]]] = []
+    for i in range(3000):
+        if i == 1500:
+            plan.append(("c.x", ["c"]))
+        elif i > 1500 and i % 50 == 7:
+            plan.append(("a.7", ["a-single", "a7"]))
+        else:
+            plan.append((f"a.{i % 50}", ["run"]))
+    want = await _publish_plan(nats_server.url, plan, seen)
     assert sorted(seen) == sorted(want)
     assert [n for _, n in seen] == [n for _, n in want]
     assert max(runs) > 1  # distinct subjects of one read still came in one call
