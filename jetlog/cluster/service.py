@@ -100,7 +100,7 @@ class ClusterNode(ClusterViews):
         """Join the cluster and take up this node's replicas (see module docstring)."""
         node = self.node
         # A delivery that waited out a stall longer than a node timeout may have been made by a
-        # leader deposed meanwhile: the leaf link drops it (see ``LeafIO.stale_after``).
+        # leader deposed meanwhile: the leaf link drops it (see ``LeafOut.stale_after``).
         node.leaf.stale_after = self.cfg.cluster.node_timeout
         await self.raft.start()
         if os.environ.get("JETLOG_FAULT_CONTROL") == "1":

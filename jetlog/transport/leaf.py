@@ -28,8 +28,9 @@ Design:
   see only the net difference (no "-"/"+" storm for interest that survived a reconnect).
 
 Code: this module connects, runs the handshake and supervises the link; ``leaf_io.LeafIO``
-(its base class) holds the state and moves the frames (reading, writing, subscriptions,
-interest); ``leaf_proto`` has the per-connection asyncio protocol and the small types.
+(its base class) holds the state and reads the frames (dispatch, subscriptions, interest), and
+its own base ``leaf_out.LeafOut`` writes them (queueing, flushing, backpressure, PING/PONG
+flushes); ``leaf_proto`` has the per-connection asyncio protocol and the small types.
 """
 
 from __future__ import annotations

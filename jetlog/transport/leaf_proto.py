@@ -65,7 +65,7 @@ class LeafStats:
     bytes_out: int = 0
     reconnects: int = 0
     callback_errors: int = 0  # a subscription callback raised (logged)
-    stale_deliveries: int = 0  # consumer deliveries dropped after waiting out a stall (see LeafIO)
+    stale_deliveries: int = 0  # consumer deliveries dropped after waiting out a stall (see LeafOut)
 
 
 class LeafSubscription:
