@@ -125,6 +125,7 @@ class StreamLeader(FetchReplies):
         self.stream.add_stored_listener(self._on_stored)
         # Followers' fetch replies leave before an inline fsync (an R1 leader has none to wait).
         self.store.ship_first = bool(self.followers)
+        self._hold_compaction()
         self._recompute()
         self._check_quorum()  # elected with too few in-sync replicas
 
@@ -171,6 +172,19 @@ class StreamLeader(FetchReplies):
         self._check_quorum()
         self.isr_version = isr_version
         self._recompute()
+        self._hold_compaction()
+
+    def _hold_compaction(self) -> None:
+        """Keep this log's compaction below what any replica may still fetch.
+
+        POSITIONS: compaction regroups a segment's batches (a removed record and the op that
+        removed it both go), so a position inside it no longer names the same batch. A
+        follower fetching from such a position either resets (its copy is no prefix of ours)
+        or, when the position happens to name the rewritten segment's last batch, is served
+        what follows it and never sees the removal: the message it still holds is alive there
+        and nowhere else. Followers already stay below the leader's ``replica_floor`` (sent in
+        every reply); the leader's own store must too. 0 until every follower has fetched."""
+        self.store.compact_floor = self.replica_floor()
 
     # ---- Replication seam (called by the Stream) ---------------------------------------------
 
@@ -308,6 +322,7 @@ class StreamLeader(FetchReplies):
             return
         if low > self.hw_pos:
             self.hw_pos = low
+            self._hold_compaction()
             self.stream.advance(low[0])
             self.wake()
             waiters, self._hw_waiters = self._hw_waiters, []
@@ -452,6 +467,7 @@ class StreamLeader(FetchReplies):
         else:
             f.last_caught_up = max(f.last_caught_up, caught_up_as_of(self._leo_history, f.pos))
         self._recompute()
+        self._hold_compaction()
         self._maybe_expand(req.replica, f)
         if not self._has_data(req, leo) and req.wait_ms > 0:
             # A message may wait in the open batch, its wake-up gone to nobody (no fetch was

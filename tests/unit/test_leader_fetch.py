@@ -84,8 +84,10 @@ async def _setup(
     clock: Callable[[], float] = time.monotonic,
     prior_reply: float | None = None,
     on_quorum_lost: Callable[[], None] = lambda: None,
+    segment_bytes: int | None = None,
 ) -> tuple[Stream, StreamLeader, Follower, Follower]:
-    store = await FileStore.open(str(tmp_path), auto_compact=False)
+    kw = {"segment_bytes": segment_bytes} if segment_bytes else {}
+    store = await FileStore.open(str(tmp_path), auto_compact=False, **kw)
     cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
     stream = Stream(cfg, store, 0, Out())
     await stream.start(FOLLOWER)
@@ -477,3 +479,54 @@ async def test_a_leader_has_its_store_ship_before_an_inline_sync(tmp_path: Path)
     finally:
         await _close(stream, leader)
     assert not stream.store.ship_first
+
+
+async def test_the_leader_compacts_nothing_a_follower_may_still_fetch(tmp_path: Path) -> None:
+    """Compaction regroups a segment's batches, so a lagging follower's position inside it
+    would no longer name the batch the follower holds (it could even name the rewritten
+    segment's last batch and be served past a removal it never saw). The leader's store keeps
+    compaction below every follower's position and the HW; once they have all moved past the
+    dead records, compaction proceeds."""
+    stream, leader, a, b = await _setup(tmp_path, segment_bytes=4096)
+    store = leader.store
+    try:
+        assert store.compact_floor == 0, "no follower has fetched yet: nothing may be rewritten"
+        a.fetch()
+        b.fetch()
+        stream.process("s.x", "", b"", b"m1" + bytes(3000))
+        await _until(lambda: a.replies and b.replies)
+        b.fetch()  # the leader now sees b at m1; b asks nothing more for a while
+        for i in range(2, 8):
+            stream.process("s.x", "", b"", b"m%d" % i + bytes(3000))  # a segment each
+        leo = store.log_end()
+
+        async def a_caught_up() -> None:
+            while a.pos < leo:
+                a.fetch()
+                await _turns()
+
+        await asyncio.wait_for(a_caught_up(), 5.0)
+        a.fetch()  # reports it holds everything (parked: nothing new)
+        assert len(store.segments) >= 6
+        stream.delete_msg(3, False)
+        stream.delete_msg(4, False)
+        await store.flush()
+        assert store.compact_floor == 1, "b reported m1: nothing from m2 on may be rewritten"
+        await store.compact()
+        assert not [s.base for s in store.segments if s.rewritten]
+
+        async def b_caught_up() -> None:
+            while b.pos < store.log_end() or leader.hw < 7:
+                b.fetch()
+                a.fetch()
+                await _turns()
+
+        await asyncio.wait_for(b_caught_up(), 5.0)
+        assert store.compact_floor >= 5
+        await store.compact()
+        rewritten = [s.base for s in store.segments if s.rewritten]
+        assert (
+            rewritten and min(rewritten) <= 3 and max(s.last_seq for s in store.segments if s.rewritten) < 5
+        )
+    finally:
+        await _close(stream, leader)
