@@ -106,8 +106,12 @@ async def abandon(st: CloseHost) -> None:
     """Test hook: drop everything as a crash would (no flush, no index files)."""
     st._closed = True
     st._refuse = True
-    await st.scrub.stop()
+    # CRASH POINT: the flusher is cancelled before anything here yields to the loop. Stopping
+    # the scrub first let the flusher take what was still queued and write it (even roll a
+    # segment: sync the old one, create the next) after the "crash"; a test that then cut the
+    # segment it saw as the writer cut synced bytes, with a later file already there.
     st._fl.task.cancel()
+    await st.scrub.stop()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await st._fl.task
     await st._maint.cancel_indexes()

@@ -136,3 +136,17 @@ def test_file_crc_of_a_file_cut_short_is_unknown(tmp_path: Path) -> None:
     assert scrub.file_crc(str(p), scrub.CHUNK + 10) == crc32c(_read(str(p)))
     assert scrub.file_crc(str(p), scrub.CHUNK + 11) is None
     assert scrub.file_crc(str(tmp_path / "gone"), 5) is None
+
+
+async def test_abandon_writes_nothing_after_it_is_called(tmp_path: Path) -> None:
+    """``_abandon`` is a crash at the moment of the call: appends the flusher has not taken yet
+    must not reach the disk afterwards, even while a scrub is running (stopping it yields to
+    the loop, where the flusher would otherwise take them, roll a segment and write it)."""
+    await _filled(tmp_path)
+    store = await _open(tmp_path, lazy_verify=True)
+    assert store.scrub._task is not None and not store.scrub._task.done()
+    on_disk = {p: os.path.getsize(p) for p in _logs(tmp_path)}
+    for i in range(40):  # enough to roll the writer segment: the job would create a file
+        store.append(f"s.{i}", b"", b"x" * 100, 10_000 + i, 0)
+    await store._abandon()
+    assert {p: os.path.getsize(p) for p in _logs(tmp_path)} == on_disk
