@@ -35,10 +35,10 @@ import os
 import struct
 from typing import Any
 
-import crc32c
 import msgspec
 
 from jetlog.fsutil import fsync_dir, write_atomic
+from jetlog.wire.crc import crc32c
 
 log = logging.getLogger("jetlog.cluster.journal")
 
@@ -106,7 +106,7 @@ class RaftJournal:
                 why = "short record"
                 break
             cmd = data[body : body + n]
-            if crc32c.crc32c(_IDX_TERM.pack(idx, term) + cmd) != crc:
+            if crc32c(_IDX_TERM.pack(idx, term) + cmd) != crc:
                 why = "checksum mismatch"
                 break
             if entries and idx != entries[-1][1] + 1:
@@ -268,5 +268,5 @@ class RaftJournal:
 
 def _record(e: Entry) -> bytes:
     cmd, idx, term = e
-    crc = crc32c.crc32c(_IDX_TERM.pack(idx, term) + cmd)
+    crc = crc32c(_IDX_TERM.pack(idx, term) + cmd)
     return _HDR.pack(len(cmd), crc, idx, term) + cmd

@@ -28,9 +28,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
 from jetlog.consumer.state import ConsumerState, Pending
+from jetlog.wire.crc import crc32c
 
 ConsumerTuple = tuple[int, str, bytes, int, ConsumerState, int]
 """One durable consumer in a compacted image: (cid, name, config, created, state, pause_until)."""

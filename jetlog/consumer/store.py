@@ -21,8 +21,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from jetlog.consumer.records import (
     ACK,
     ACK_TAIL,
@@ -53,6 +51,7 @@ from jetlog.consumer.records import (
 )
 from jetlog.errors import StorageError
 from jetlog.fsutil import fsync_dir
+from jetlog.wire.crc import crc32c
 
 if TYPE_CHECKING:
     from jetlog.log.syncer import Syncer

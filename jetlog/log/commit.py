@@ -48,13 +48,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
-
 from jetlog.errors import StorageError
 from jetlog.log.segment import Segment, SegmentIO
 from jetlog.log.syncer import Syncer, SyncService
 from jetlog.log.syncledger import LEDGER
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 
 log = logging.getLogger("jetlog.store")
 

@@ -40,7 +40,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import zstandard
-from crc32c import crc32c
 
 from jetlog.errors import CorruptSegmentError
 from jetlog.log.idxfile import encode_idx
@@ -56,6 +55,7 @@ from jetlog.log.segment import (
 )
 from jetlog.wire import records as rc
 from jetlog.wire import recordscan as rs
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_from_bytes
 
 

@@ -48,11 +48,10 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
-from crc32c import crc32c
-
 from jetlog.log.segment import Segment, SegmentIO
 from jetlog.log.store import EpochError, Pos
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 
 log = logging.getLogger("jetlog.log.epochs")
 

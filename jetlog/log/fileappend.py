@@ -13,10 +13,9 @@ from __future__ import annotations
 from itertools import accumulate, repeat
 from typing import TYPE_CHECKING, Protocol
 
-from crc32c import crc32c
-
 from jetlog.log.segment import COMPRESSED
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_bytes
 
 if TYPE_CHECKING:

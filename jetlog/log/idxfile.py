@@ -45,13 +45,12 @@ import sys
 from array import array
 from typing import Any, cast
 
-from crc32c import crc32c
-
 from jetlog.log import mapfile
 from jetlog.log.columns import one_value
 from jetlog.log.positions import NULL_LAST, is_null
 from jetlog.log.segment import SegmentData, SegmentIO
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 
 IDX = struct.Struct("<4sIHHQQIIIIIQqQ")

@@ -21,13 +21,12 @@ from collections.abc import Callable, Generator, Iterable
 from operator import add, ne, or_, sub
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from crc32c import crc32c
-
 from jetlog.errors import StorageError
 from jetlog.log.segment import CHUNK, COMPRESSED
 from jetlog.log.store import StoredMsg
 from jetlog.wire import rawframe as rf
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_bytes
 
 if TYPE_CHECKING:

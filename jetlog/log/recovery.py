@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
-from crc32c import crc32c
 
 from jetlog.errors import StorageError
 from jetlog.log.idxfile import encode_idx, map_idx, verify_idx
@@ -57,6 +56,7 @@ from jetlog.log.segment import (
 )
 from jetlog.wire import records as rc
 from jetlog.wire import recordscan as rs
+from jetlog.wire.crc import crc32c
 
 log = logging.getLogger("jetlog.log.recovery")
 

@@ -23,10 +23,9 @@ import os
 import weakref
 from collections.abc import Callable
 
-from crc32c import crc32c
-
 from jetlog.log.segment import Segment
 from jetlog.tasklog import failure_logger
+from jetlog.wire.crc import crc32c
 
 log = logging.getLogger("jetlog.log.scrub")
 _log_failure = failure_logger(log, "scrub")

@@ -23,11 +23,10 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from crc32c import crc32c
-
 from jetlog.log.columns import own_columns
 from jetlog.log.positions import NULL_LAST, PosTable, is_null
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_from_bytes
 
 COMPRESSED = rc.AUX_COMPRESSED  # aux high bit: record lives in a compressed batch at ``pos``

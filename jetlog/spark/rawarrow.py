@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from crc32c import crc32c
 
 from jetlog.wire import headers as H
 from jetlog.wire import rawframe as rf
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 
 _HEAD = np.dtype(
     [

@@ -36,10 +36,9 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from jetlog.errors import JetlogError
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 
 MAGIC = b"JLR1"
 VERSION = 1

@@ -49,9 +49,8 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
-from crc32c import crc32c
-
 from jetlog.errors import StorageError
+from jetlog.wire.crc import crc32c
 from jetlog.wire.subjects import subject_bytes, subject_from_bytes
 
 MAGIC = b"JLB\x01"
