@@ -17,12 +17,19 @@ marked section of a file (``spark``, or ``spark-r3`` with ``--cluster``: see
 ``--cluster`` reads a replicated stream instead: ``jetlog dev --nodes 3`` and an R3 stream; the
 read tasks' FETCH requests go to any replica (a queue group per stream), and the report says how
 many each node served, leader and followers.
+
+``--pin`` gives the servers (the jetlog nodes, their upstream nats-server and ``nats-server -js``)
+the first CPU and Spark (driver, JVM, Python workers) the others, as when the nodes run on
+machines of their own: the ratio then measures what reading costs Spark itself, not what the
+nodes and the relay take from it on shared cores. Children inherit the affinity of the process
+that starts them, so each side's processes are started while this one is pinned to its CPUs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import os
 import re
@@ -172,6 +179,31 @@ async def _leader(url: str, stream: str) -> str:
         await nc.close()
 
 
+@contextlib.contextmanager
+def _affinity(cpus: set[int] | None) -> Iterator[None]:
+    """Run the block with this process pinned to ``cpus`` (``None``: unchanged); processes it
+    starts keep that affinity. The previous affinity is restored after."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """``(servers, spark)`` CPU sets for ``--pin`` (``(None, None)`` without it)."""
+    if not pin:
+        return None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return {cpus[0]}, set(cpus[1:])
+
+
 def _run(spark: SparkSession, reader: Any, sink: str, tmp: str) -> float:
     t = time.perf_counter()
     if sink == "noop":
@@ -191,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this")
     ap.add_argument("--cluster", action="store_true", help="read an R3 stream of a 3-node jetlog dev cluster")
+    ap.add_argument(
+        "--pin", action="store_true", help="servers on the first CPU, Spark on the others (separate machines)"
+    )
     args = ap.parse_args(argv)
     replicas = 3 if args.cluster else 1
+    server_cpus, spark_cpus = _split_cpus(args.pin)
 
     from jetlog.embedded import NatsServer
 
@@ -200,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "jetlog", "dev", "--port", "0", "--data-dir", os.path.join(tmp, "dev")]
     if args.cluster:
         cmd += ["--nodes", "3"]
-    dev = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _affinity(server_cpus):
+        dev = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     nodes: dict[str, str] = {}
     assert dev.stderr is not None
     threading.Thread(target=_drain, args=(dev.stderr, nodes), daemon=True).start()
@@ -218,9 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loading {args.rows} x {args.size} B (R{replicas})", file=sys.stderr)
         loop.run_until_complete(_load(jl_url, "BENCH", args.rows, args.size, True, replicas))
         if not args.cluster:
-            loop.run_until_complete(nats_js.start())
+            with _affinity(server_cpus):
+                loop.run_until_complete(nats_js.start())
             loop.run_until_complete(_load(nats_js.url, "BENCH", args.rows, args.size, True))
-        spark = _spark()
+        with _affinity(spark_cpus):
+            spark = _spark()
+        if spark_cpus is not None:
+            os.sched_setaffinity(0, spark_cpus)  # the driver's own work is Spark's too
 
         def src(url: str, fetch: str, fmt: str = "jlr1") -> Any:
             return (
@@ -290,13 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     where = (
         "an R3 stream of a 3-node `jetlog dev --nodes 3` cluster" if args.cluster else "one `jetlog dev` node"
     )
+    pinned = (
+        f" Pinned: servers on CPU {sorted(server_cpus)}, Spark on CPU {sorted(spark_cpus)} (`--pin`)."
+        if server_cpus is not None and spark_cpus is not None
+        else ""
+    )
     lines = [
         "### On an R3 stream (`python -m jetlog.spark.bench --cluster`)"
         if args.cluster
         else "## Spark source (`make bench-spark`)",
         "",
         f"Run: {now}; {args.rows:,} rows x {args.size} B read from {where}; local[2], 2 read tasks, "
-        f"{args.rounds} rounds (alternating order), medians; wall time of a bounded read of the whole stream.",
+        f"{args.rounds} rounds (alternating order), medians; wall time of a bounded read of the whole stream."
+        + pinned,
         "",
         "| case | rows/s | / generator (same sink) |",
         "|---|---|---|",
@@ -316,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
-        if args.only:
-            # A partial run (e.g. the long read) is an addition, not the section's table.
+        if args.only or args.pin:
+            # A partial or pinned run (e.g. the long read) is an addition, not the section's table.
             with open(args.out, "a") as f:
                 f.write("\n" + report)
         else:
