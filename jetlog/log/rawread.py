@@ -105,6 +105,17 @@ def _run_stops(blk: Block, i: int, j: int) -> bytes:
     return bytes(map(or_, gap, map(or_, comp[:-1], comp[1:])))
 
 
+class _Open(NamedTuple):
+    """The last run, when it began an uncompressed stored batch without ops and did not hold
+    all of it: its segment, the file position where it ends, the batch's header and the
+    batch's first sequence."""
+
+    seg: Segment
+    end: int
+    head: rc.BatchHeader
+    first_seq: int
+
+
 def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int) -> RawRead:
     """Committed live records ``start <= seq < stop`` of a file store as runs of stored bytes,
     at most ``budget`` frame bytes and ``limit`` records."""
@@ -113,6 +124,12 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
     used = rf.FRAME_OVERHEAD
     count = 0
     next_seq = start
+    # JOIN: an index block ends wherever its 8,192nd entry falls, usually inside a stored
+    # batch, so a batch often arrives here as two runs (one per block), contiguous in the same
+    # file. They are joined again, so the reader checks the batch with one CRC call instead
+    # of one per record (a read of ~10k small records per frame crossed a block boundary in
+    # nearly every frame: ~a quarter of all records went through the per-record check).
+    tail: _Open | None = None
     for blk, i, j in store._ix.iter_live_runs(start, last):
         # Run ends are computed for a window of the block that covers what the byte budget can
         # still take (a fetch of ~1 MiB reads ~10k small records, a block holds up to 8,192
@@ -135,6 +152,7 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
                 count += 1
                 next_seq = seq + 1
                 k += 1
+                tail = None
                 continue
             if stops is None or k >= s_to:
                 # Entries from s_to on start past the remaining budget: no run can reach them.
@@ -147,16 +165,38 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
             cut = _fit(blk, k, e, budget - used - rf.RUN_OVERHEAD)
             if cut == k:
                 return RawRead(runs, count, seq, too_big=0 if count else seq)
+            join = tail is not None and tail.seg is blk.seg and tail.end == base
             if cut < e and used >= budget // 2:
                 # The budget would cut this run (most often one stored batch) short. With the
                 # frame already half full, end it before the run instead: the next read starts
                 # at the run's first record, so both frames carry whole batches, which the
                 # reader checks with one CRC call each instead of one per record.
+                if join and tail is not None and len(runs) > 1:
+                    # The batch began in the last run (JOIN): leave all of it to the next read.
+                    return RawRead(runs[:-1], count - runs[-1].nrec, tail.first_seq)
                 return RawRead(runs, count, seq)
             length = blk.pos[cut - 1] + blk.aux[cut - 1] - base
-            data, flags, crc = _pread_run(store, blk, base, length)
-            runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, data, flags, crc))
-            used += rf.RUN_OVERHEAD + rf.ROW_OVERHEAD * (cut - k) + length
+            head: rc.BatchHeader | None
+            if join and tail is not None:
+                prev = runs[-1]
+                data: bytes | memoryview = bytes(prev.data) + _pread(store, blk, base, length)
+                head, first = tail.head, tail.first_seq
+                whole = head.body_len == len(data)
+                runs[-1] = rf.Run(
+                    prev.nrec + cut - k,
+                    prev.pos + blk.pos[k:cut].tobytes(),
+                    prev.pos_base,
+                    data,
+                    rf.RUN_WHOLE_BATCH if whole else 0,
+                    head.body_crc if whole else 0,
+                )
+                used += rf.ROW_OVERHEAD * (cut - k) + length
+            else:
+                data, flags, crc, head = _pread_run(store, blk, base, length)
+                runs.append(rf.Run(cut - k, blk.pos[k:cut].tobytes(), base, data, flags, crc))
+                used += rf.RUN_OVERHEAD + rf.ROW_OVERHEAD * (cut - k) + length
+                first, whole = seq, bool(flags)
+            tail = _Open(blk.seg, base + length, head, first) if head is not None and not whole else None
             count += cut - k
             next_seq = blk.seqs[cut - 1] + 1
             if cut < e:
@@ -183,8 +223,12 @@ def _fit(blk: Block, k: int, e: int, room: int) -> int:
     return lo
 
 
-def _pread_run(store: RawReadHost, blk: Block, base: int, length: int) -> tuple[bytes | memoryview, int, int]:
-    """The run's bytes, and (flag, stored body CRC) when the run is exactly one whole batch body.
+def _pread_run(
+    store: RawReadHost, blk: Block, base: int, length: int
+) -> tuple[bytes | memoryview, int, int, rc.BatchHeader | None]:
+    """The run's bytes; (flag, stored body CRC) when the run is exactly one whole batch body;
+    and the header of the batch the run begins, when it begins an uncompressed batch without
+    ops (``None`` otherwise).
 
     The 64 bytes before the run are read with it: when they are the batch's header (valid
     header CRC, uncompressed, no ops, body length equal to the run), the reader can check the
@@ -192,16 +236,18 @@ def _pread_run(store: RawReadHost, blk: Block, base: int, length: int) -> tuple[
     earlier records (the run starts mid-batch) and the reader checks record CRCs one by one.
     """
     if base < rc.HEADER_SIZE:
-        return _pread(store, blk, base, length), 0, 0
+        return _pread(store, blk, base, length), 0, 0, None
     buf = _pread(store, blk, base - rc.HEADER_SIZE, length + rc.HEADER_SIZE)
     data = memoryview(buf)[rc.HEADER_SIZE :]
     try:
         h = rc.decode_header(buf, 0)
     except rc.BatchError:
-        return data, 0, 0
-    if h.compressed or h.n_ops or h.body_len != length:
-        return data, 0, 0
-    return data, rf.RUN_WHOLE_BATCH, h.body_crc
+        return data, 0, 0, None
+    if h.compressed or h.n_ops:
+        return data, 0, 0, None
+    if h.body_len != length:
+        return data, 0, 0, h
+    return data, rf.RUN_WHOLE_BATCH, h.body_crc, h
 
 
 def _pread(store: RawReadHost, blk: Block, pos: int, length: int) -> bytes:

@@ -22,9 +22,9 @@ batches and other slow-path reads.
 
 Run flag :data:`RUN_WHOLE_BATCH`: the run is the complete body of one stored batch, and ``crc``
 is that batch's stored body CRC32C — the reader checks the run with one CRC call instead of one
-per record (the common case: a run is cut short only by deletions, the committed mark, an index
-block boundary or the byte budget). Without the flag ``crc`` is 0 and every record's own CRC is
-checked.
+per record (the common case: a run is cut short only by deletions, the committed mark, the
+reader's own range ends or the byte budget; the node joins the pieces an index block boundary
+cuts a batch into). Without the flag ``crc`` is 0 and every record's own CRC is checked.
 
 Sans-I/O: pure functions; :func:`layout` validates everything a vectorized decoder relies on
 except the records' own contents (their CRCs and field lengths), which :func:`decode` checks.

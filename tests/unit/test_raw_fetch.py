@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import jetlog.log.index as index_mod
 from jetlog.api import fetch as F
 from jetlog.log.filestore import FileStore
 from jetlog.log.memstore import MemStore
@@ -82,8 +83,13 @@ async def _check(store: Any, rnd: random.Random) -> None:
     assert _view(recs) == _expected(store, 1, top, hw)
 
 
+@pytest.mark.parametrize("block_max", [0, 7])
 @pytest.mark.parametrize("compression", [False, True])
-async def test_file_store_raw_reads_match_load(tmp_path: Any, compression: bool) -> None:
+async def test_file_store_raw_reads_match_load(
+    tmp_path: Any, compression: bool, block_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if block_max:  # index blocks of 7 entries: stored batches cross them all the time (JOIN)
+        monkeypatch.setattr(index_mod, "BLOCK_MAX", block_max)
     rnd = random.Random(11)
     st_ = await FileStore.open(str(tmp_path), compression=compression, segment_bytes=16 * 1024)
     try:
@@ -274,5 +280,49 @@ async def test_frames_end_at_batch_boundaries(tmp_path: Any) -> None:
         )
         lay = rf.layout(payload)
         assert len(lay.runs) == 1 and 0 < lay.n < 40 and not lay.runs[0].flags
+    finally:
+        await st_.close()
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+async def test_a_batch_split_by_index_blocks_travels_as_one_whole_run(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, reopen: bool
+) -> None:
+    """Index blocks end every ``BLOCK_MAX`` entries, wherever that falls in a stored batch; the
+    pieces of a batch are joined back into one run that carries the batch's CRC, and a frame
+    that cannot take the rest of a batch begun in it leaves the whole batch to the next read
+    (with blocks of 7 entries, each 40-record batch spans 6 or 7 blocks)."""
+    monkeypatch.setattr(index_mod, "BLOCK_MAX", 7)
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        for batch in range(12):
+            for i in range(40):
+                st_.append("x", b"", b"%03d-%03d" % (batch, i) + b"." * 40, 1_000 + i)
+            await st_.flush()
+        if reopen:  # blocks rebuilt by recovery, not by the writer
+            await st_.close()
+            st_ = await FileStore.open(str(tmp_path))
+        assert len(st_._ix.blocks) > 12
+        frames = []
+        seqs: list[int] = []
+        seq = 1
+        while seq <= 480:
+            hdr, payload = F.fetch(
+                "S", st_, 480, F.FetchRequest(start=seq, max_bytes=12_000, format="jlr1"), MAX_PAYLOAD
+            )
+            frames.append(rf.layout(payload))
+            seqs += [r.seq for r in rf.decode(payload)]  # every CRC checked (batch or record)
+            seq = int(dict(H.parse(hdr)[2])["Jl-Next-Seq"])
+        assert [(r.nrec, bool(r.flags & rf.RUN_WHOLE_BATCH)) for lay in frames for r in lay.runs] == [
+            (40, True)
+        ] * 12
+        assert seqs == list(range(1, 481)) and len(frames) == 4
+        # A damaged byte in a joined run is caught by the batch CRC.
+        _hdr, payload = F.fetch("S", st_, 480, F.FetchRequest(start=1, format="jlr1"), MAX_PAYLOAD)
+        lay = rf.layout(payload)
+        bad = bytearray(payload)
+        bad[lay.data_start + lay.runs[0].data_len - 3] ^= 0x01
+        with pytest.raises(rf.RawFrameError, match="crc"):
+            rf.decode(bytes(bad))
     finally:
         await st_.close()
