@@ -253,16 +253,21 @@ async def test_whole_batches_carry_their_stored_crc(tmp_path: Any) -> None:
         await st_.close()
 
 
+async def _twelve_batches(st_: FileStore) -> None:
+    """12 stored batches of 40 records (~60 bytes each)."""
+    for batch in range(12):
+        for i in range(40):
+            st_.append("x", b"", b"%03d-%03d" % (batch, i) + b"." * 40, 1_000 + i)
+        await st_.flush()
+
+
 async def test_frames_end_at_batch_boundaries(tmp_path: Any) -> None:
     """A budget that would cut a batch in two ends the frame before that batch once the frame
     is half full, so consecutive reads carry whole batches (one CRC call each in the reader);
     a batch larger than a whole frame is still cut (the reader then checks its records)."""
     st_ = await FileStore.open(str(tmp_path))
     try:
-        for batch in range(12):
-            for i in range(40):
-                st_.append("x", b"", b"%03d-%03d" % (batch, i) + b"." * 40, 1_000 + i)
-            await st_.flush()
+        await _twelve_batches(st_)
         frames = []
         seq = 1
         while seq <= 480:
@@ -295,10 +300,7 @@ async def test_a_batch_split_by_index_blocks_travels_as_one_whole_run(
     monkeypatch.setattr(index_mod, "BLOCK_MAX", 7)
     st_ = await FileStore.open(str(tmp_path))
     try:
-        for batch in range(12):
-            for i in range(40):
-                st_.append("x", b"", b"%03d-%03d" % (batch, i) + b"." * 40, 1_000 + i)
-            await st_.flush()
+        await _twelve_batches(st_)
         if reopen:  # blocks rebuilt by recovery, not by the writer
             await st_.close()
             st_ = await FileStore.open(str(tmp_path))
