@@ -290,6 +290,12 @@ class StreamManager:
                 make_stream_dir, self.root, config.name, self._meta(config, created), fresh=False
             )
             store = await self._open_store(config, replicated=True)
+            if hasattr(store, "compact_floor"):
+                # A replica compacts nothing until its role sets the floor (the leader: what
+                # its followers and the HW hold; a follower: the leader's, from its first
+                # reply). Opened without one, it could rewrite a tail it is then truncated
+                # into, or positions a follower of it still fetches (docs/cluster.md §4).
+                store.compact_floor = 0
             stream = Stream(config, store, created, self.out, domain=self.domain)
             await stream.start(role, None)
             self._register(stream)

@@ -258,3 +258,17 @@ async def test_a_load_cancelled_while_reading_releases_what_the_threads_read(tmp
         assert time.monotonic() < deadline, "a store read by a cancelled load stayed locked"
         await asyncio.sleep(0.02)
     assert m.streams == {}
+
+
+async def test_a_replica_opens_with_compaction_held_until_its_role_sets_a_floor(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Cluster replicas open through ``open_replica``: file stores come up compacting nothing
+    (floor 0) until the leader's replica floor arrives; a standalone stream has no floor."""
+    data = str(tmp_path / "streams")
+    m = _manager(data)
+    try:
+        alone = await m.create(_config("ALONE"))
+        assert alone.store.compact_floor > 1 << 62
+        replica, had = await m.open_replica(_config("REP"), 0)
+        assert not had and replica.store.compact_floor == 0
+    finally:
+        await m.close()
