@@ -263,10 +263,13 @@ class FileMachine(MemMachine):
         self.run(self.store.close())
         files = sorted(p for p in glob.glob(os.path.join(self.dir, "s", "*.*")) if os.path.getsize(p))
         files = [p for p in files if p.endswith((".log", ".idx"))]
-        path = data.draw(st.sampled_from(files))
+        # Fixed ranges taken modulo what is there: file sizes follow batch boundaries, which
+        # follow when syncs complete (another process); ranges drawn from them would differ
+        # between runs of one example (Hypothesis: FlakyStrategyDefinition, not a failure).
+        path = files[data.draw(st.integers(0, 1 << 16)) % len(files)]
         with open(path, "rb") as f:
             raw = bytearray(f.read())
-        bit = data.draw(st.integers(0, len(raw) * 8 - 1))
+        bit = data.draw(st.integers(0, 1 << 40)) % (len(raw) * 8)
         raw[bit // 8] ^= 1 << (bit % 8)
         with open(path, "wb") as f:
             f.write(raw)
