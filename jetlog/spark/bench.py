@@ -204,6 +204,35 @@ def _split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
     return {cpus[0]}, set(cpus[1:])
 
 
+def _spark_cpu(exclude: set[int]) -> float:
+    """CPU seconds (user + system) used so far by this process and its descendants (the Spark
+    JVM and its Python workers), leaving out the subtrees rooted at ``exclude`` (the servers).
+    Descendants that exited count through their reaper's children times."""
+    parent: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    me = os.getpid()
+    total = 0.0
+    for pid, t in times.items():
+        p = pid
+        while p not in (me, 0, 1) and p not in exclude:
+            p = parent.get(p, 0)
+        if p == me and pid not in exclude:
+            total += t
+    return total
+
+
 def _run(spark: SparkSession, reader: Any, sink: str, tmp: str) -> float:
     t = time.perf_counter()
     if sink == "noop":
@@ -244,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     nats_js = NatsServer(jetstream=True, leafnode=False, store_dir=os.path.join(tmp, "js"))
     loop = asyncio.new_event_loop()
     results: dict[str, list[float]] = {}
+    cpu_us: dict[str, list[float]] = {}  # Spark's CPU (driver, JVM, Python workers) per row
     served: dict[str, int] = {}
     leader = ""
     try:
@@ -262,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             spark = _spark()
         if spark_cpus is not None:
             os.sched_setaffinity(0, spark_cpus)  # the driver's own work is Spark's too
+        # What is not Spark's CPU: the jetlog dev tree (nodes, their nats-server) and nats-server -js.
+        servers = {dev.pid} | ({nats_js.proc.pid} if nats_js.proc is not None else set())
 
         def src(url: str, fetch: str, fmt: str = "jlr1") -> Any:
             return (
@@ -309,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             if r % 2:
                 order.reverse()
             for name, (make, sink) in order:
+                cpu0 = _spark_cpu(servers)
                 dt = _run(spark, make(), sink, tmp)
+                cpu_us.setdefault(name, []).append((_spark_cpu(servers) - cpu0) / args.rows * 1e6)
                 results.setdefault(name, []).append(args.rows / dt)
                 print(f"round {r + 1} {name:28} {args.rows / dt:>12,.0f} rows/s", file=sys.stderr, flush=True)
         spark.stop()
@@ -343,15 +377,25 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Run: {now}; {args.rows:,} rows x {args.size} B read from {where}; local[2], 2 read tasks, "
         f"{args.rounds} rounds (alternating order), medians; wall time of a bounded read of the whole stream."
-        + pinned,
+        + pinned
+        + " Spark CPU: user + system time of the driver, the JVM and its Python workers per row read "
+        "(the servers' processes left out): what reading costs Spark, whatever the two share.",
         "",
-        "| case | rows/s | / generator (same sink) |",
-        "|---|---|---|",
+        "| case | rows/s | / generator (same sink) | Spark CPU µs/row | generator's / this |",
+        "|---|---|---|---|---|",
     ]
+    cpu = {k: statistics.median(v) for k, v in cpu_us.items()}
     for name, v in med.items():
         sink = name.split("→ ")[1]
         base = med.get(f"generator → {sink}", 0.0)
-        lines.append(f"| {name} | {v:,.0f} | {v / base:.2f} |" if base else f"| {name} | {v:,.0f} | – |")
+        cbase = cpu.get(f"generator → {sink}", 0.0)
+        rate = f"{v / base:.2f}" if base else "–"
+        c = cpu.get(name, 0.0)
+        lines.append(
+            f"| {name} | {v:,.0f} | {rate} | {c:.2f} | {cbase / c:.2f} |"
+            if c and cbase
+            else f"| {name} | {v:,.0f} | {rate} | {c:.2f} | – |"
+        )
     if served:
         total = sum(served.values()) or 1
         lines += [
