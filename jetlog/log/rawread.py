@@ -165,22 +165,23 @@ def read_runs(store: RawReadHost, start: int, stop: int, budget: int, limit: int
             cut = _fit(blk, k, e, budget - used - rf.RUN_OVERHEAD)
             if cut == k:
                 return RawRead(runs, count, seq, too_big=0 if count else seq)
-            join = tail is not None and tail.seg is blk.seg and tail.end == base
+            # The batch the last run began, when this run continues it (JOIN).
+            cont = tail if tail is not None and tail.seg is blk.seg and tail.end == base else None
             if cut < e and used >= budget // 2:
                 # The budget would cut this run (most often one stored batch) short. With the
                 # frame already half full, end it before the run instead: the next read starts
                 # at the run's first record, so both frames carry whole batches, which the
                 # reader checks with one CRC call each instead of one per record.
-                if join and tail is not None and len(runs) > 1:
+                if cont is not None and len(runs) > 1:
                     # The batch began in the last run (JOIN): leave all of it to the next read.
-                    return RawRead(runs[:-1], count - runs[-1].nrec, tail.first_seq)
+                    return RawRead(runs[:-1], count - runs[-1].nrec, cont.first_seq)
                 return RawRead(runs, count, seq)
             length = blk.pos[cut - 1] + blk.aux[cut - 1] - base
             head: rc.BatchHeader | None
-            if join and tail is not None:
+            if cont is not None:
                 prev = runs[-1]
                 data: bytes | memoryview = bytes(prev.data) + _pread(store, blk, base, length)
-                head, first = tail.head, tail.first_seq
+                head, first = cont.head, cont.first_seq
                 whole = head.body_len == len(data)
                 runs[-1] = rf.Run(
                     prev.nrec + cut - k,
