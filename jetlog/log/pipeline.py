@@ -69,8 +69,16 @@ INLINE_SYNC_MAX_RECORDS = 4
 INLINE_SYNC_MAX_BYTES = 64 * 1024
 """A job of at most ``INLINE_SYNC_MAX_RECORDS`` records and this many bytes may be synced on the
 loop (``Syncer.try_inline_fdatasync``) when it is the only one in flight: a synchronous
-publisher is waiting for it and nothing else is, and it skips the helper's round trip. Larger
-jobs mean load: their syncs stay in the helper, overlapped with the next job (pipelining)."""
+publisher is waiting for it and nothing else is, and it skips the helper's round trip."""
+
+INLINE_BULK_MAX_BYTES = 1024 * 1024
+"""A larger job (load: pipelined publishes) of at most this many bytes is synced on the loop
+too while the disk is fast (``Syncer.try_inline_fdatasync(bulk=True)``: off for a while after
+a bulk sync slower than ``syncer.INLINE_BULK_SLOW``). Measured on the 2-core host, 128 B
+messages, window 256: the helper's round trip per job (three thread wake-ups in two processes)
+cost more than the sync it overlapped, 30k vs 43k msgs/s and a quarter less server CPU per
+message inline (docs/internals.md, twelfth pass). Above this size a job's sync goes to the
+helper, overlapped with the next job."""
 
 MAX_INFLIGHT = 2
 """Jobs written but not yet committed, at most (1: each job's sync completes before the next
@@ -144,7 +152,9 @@ class Flusher:
         self.last_sync = time.monotonic_ns()
         # The real Syncer can sync a lone small job on the loop (test services that gate or
         # fail syncs have no such method and always take the asynchronous path).
-        self._inline: Callable[[int], bool] | None = getattr(store._ss.service, "try_inline_fdatasync", None)
+        self._inline: Callable[[int, bool], bool] | None = getattr(
+            store._ss.service, "try_inline_fdatasync", None
+        )
         self._wake = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"jetlog-flush:{store.path}")
 
@@ -267,13 +277,11 @@ class Flusher:
         if job.sync:
             # Requested only now that the whole job is written: the sync covers all of it.
             inline = self._inline
-            small = (
-                inline is not None
-                and len(self.flights) == 1
-                and len(fl.recs) <= INLINE_SYNC_MAX_RECORDS
-                and self.wsize - job.size <= INLINE_SYNC_MAX_BYTES
-            )
-            if small and st.ship_first:
+            nbytes = self.wsize - job.size
+            small = len(fl.recs) <= INLINE_SYNC_MAX_RECORDS and nbytes <= INLINE_SYNC_MAX_BYTES
+            bulk = not small and nbytes <= INLINE_BULK_MAX_BYTES
+            on_loop = inline is not None and len(self.flights) == 1 and (small or bulk)
+            if on_loop and st.ship_first:
                 # An inline sync stalls the loop: a replicated stream's leader first lets what
                 # is already scheduled run, its followers' fetch replies (scheduled by the same
                 # append that kicked this task): shipped before the fsync, the followers' fsyncs
@@ -283,7 +291,9 @@ class Flusher:
                 await asyncio.sleep(0)
                 if st._failed is not None:
                     return
-            if small and inline is not None and inline(job.handle):  # raises OSError like a failed sync
+            if (
+                on_loop and inline is not None and inline(job.handle, bulk)
+            ):  # raises OSError like a failed sync
                 fut = fl.fut = asyncio.get_running_loop().create_future()
                 fut.set_result(None)
                 self._synced(fut)  # durable now: commit without a loop round

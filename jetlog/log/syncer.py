@@ -17,6 +17,9 @@ there is nothing to overlap it with, and the round trip to the helper and back (
 wake-ups) cost about 190 µs of a 770 µs synchronous publish on the 2-core test machine. A slow
 one (``INLINE_SLOW``) sends every sync to the helper for a while (``INLINE_BACKOFF``, doubling
 while they stay slow), so a stalling disk blocks the loop once in a while, not at every commit.
+A larger job (pipelined publishes, up to ``pipeline.INLINE_BULK_MAX_BYTES``) is synced inline
+too while such syncs stay under ``INLINE_BULK_SLOW``: on the 2-core host the helper's round
+trip per job cost more CPU than overlapping the sync with the next job won back.
 
 File descriptor lifetime (the dangerous part):
 - Files are passed as fds, never as paths: compaction renames files over others, and a path
@@ -73,6 +76,16 @@ INLINE_SLOW = 0.01
 """Seconds: an inline sync slower than this (a stalling disk, not an ordinary spike) turns
 inline syncs off for ``INLINE_BACKOFF``, doubled after each further slow one (at most
 ``INLINE_BACKOFF_MAX``); a fast one resets it."""
+INLINE_BULK_SLOW = 0.002
+"""Seconds: when the moving average of bulk inline syncs (jobs of pipelined publishes,
+``pipeline.INLINE_BULK_MAX_BYTES``) rises above this, bulk syncs go to the helper for
+``INLINE_BACKOFF`` (doubling while the disk stays slow): on such a disk the loop would lose more
+time waiting than the helper's round trip costs, and overlapping the sync with the next job
+pays. An average, not one sync: single 2-3 ms syncs come every few seconds on the test VM.
+Lone small commits stay inline (``INLINE_SLOW``)."""
+BULK_ALPHA = 0.125
+"""Weight of the newest bulk sync in that moving average (a disk that is slow throughout trips
+it within four syncs)."""
 INLINE_BACKOFF = 5.0
 INLINE_BACKOFF_MAX = 300.0
 
@@ -240,9 +253,13 @@ class Syncer:
             "fallbacks": 0,
             "threaded": 0,
             "inline": 0,
+            "inline_bulk": 0,
         }
         self._inline_off_until = 0.0  # monotonic time; math.inf once a fault was injected
         self._inline_backoff = INLINE_BACKOFF
+        self._bulk_off_until = 0.0  # bulk inline syncs only (``INLINE_BULK_SLOW``)
+        self._bulk_backoff = INLINE_BACKOFF
+        self._bulk_avg = 0.0  # seconds, moving average of bulk inline syncs since the last trip
         self.latency = SyncLatency()  # fdatasyncs (commits and rolls), not directory fsyncs
 
     # ---- public ---------------------------------------------------------------------------
@@ -280,21 +297,22 @@ class Syncer:
         """The request is sent (or queued for a restarting helper) before this returns."""
         return self._request(wire.OP_FDATASYNC, handle)
 
-    def try_inline_fdatasync(self, handle: int) -> bool:
+    def try_inline_fdatasync(self, handle: int, bulk: bool = False) -> bool:
         """``fdatasync`` right here, on the loop, when the helper has nothing in flight: a lone
         small commit (one synchronous publish) then skips the round trip to the helper and
-        back, about 190 µs of a 770 µs PubAck on the 2-core test machine. Returns False, having
-        done nothing, when anything else is in flight (pipelined commits keep overlapping
-        their syncs in the helper) or an inline sync was slow within ``INLINE_BACKOFF``: a
-        stalling disk then blocks the loop once, not at every commit. Raises ``OSError`` as a
-        failed sync would (the store fails closed)."""
+        back, about 190 µs of a 770 µs PubAck on the 2-core test machine. ``bulk``: a larger
+        job of pipelined publishes (``pipeline.INLINE_BULK_MAX_BYTES``), synced here only while
+        bulk syncs stay under ``INLINE_BULK_SLOW``. Returns False, having done nothing, when
+        anything else is in flight (those syncs overlap in the helper) or an inline sync was
+        slow within its backoff: a stalling disk then blocks the loop once, not at every
+        commit. Raises ``OSError`` as a failed sync would (the store fails closed)."""
         helper = self._helper
         if self._state != _HELPER or helper is None or not helper.hello or self._pending or self._threaded:
             # Not before the helper said hello either: until then it may not yet ignore the
             # Ctrl-C meant for the node (the first commits going through it keep that so).
             return False
         t0 = time.monotonic()
-        if t0 < self._inline_off_until:
+        if t0 < self._inline_off_until or (bulk and t0 < self._bulk_off_until):
             return False
         h = self._handles[handle]
         size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
@@ -307,6 +325,8 @@ class Syncer:
         dt = time.monotonic() - t0
         self.stats["inline"] += 1
         self.latency.observe(dt)
+        if bulk:
+            self._bulk_synced(t0, dt)
         if dt > INLINE_SLOW:
             self._inline_off_until = t0 + dt + self._inline_backoff
             log.info(
@@ -320,6 +340,22 @@ class Syncer:
         if h.path is not None and LEDGER is not None:
             LEDGER.note("S", size, h.path)  # before anything it covers is acked
         return True
+
+    def _bulk_synced(self, t0: float, dt: float) -> None:
+        """Account one bulk inline sync that started at ``t0`` and took ``dt`` seconds."""
+        self.stats["inline_bulk"] += 1
+        avg = self._bulk_avg = self._bulk_avg + (dt - self._bulk_avg) * BULK_ALPHA
+        if avg > INLINE_BULK_SLOW:
+            self._bulk_off_until = t0 + dt + self._bulk_backoff
+            log.info(
+                "bulk fdatasyncs on the loop average %.1f ms; they go to the helper for %.0f s",
+                avg * 1e3,
+                self._bulk_backoff,
+            )
+            self._bulk_backoff = min(self._bulk_backoff * 2, INLINE_BACKOFF_MAX)
+            self._bulk_avg = 0.0  # after the backoff the disk is measured afresh
+        elif dt <= INLINE_BULK_SLOW and avg < INLINE_BULK_SLOW / 2:
+            self._bulk_backoff = INLINE_BACKOFF  # fast again: a later trip starts short
 
     def fsync(self, handle: int) -> asyncio.Future[None]:
         return self._request(wire.OP_FSYNC, handle)

@@ -284,8 +284,9 @@ async def test_helper_killed_mid_stream_store_keeps_committing(
     """SIGSTOP the helper: nothing is acknowledged while it cannot answer. SIGKILL it: the
     store neither fails nor acknowledges early; the unanswered syncs are re-issued to a new
     helper and commits resume. Repeated a few times while appends (and segment rolls) run."""
-    # Every commit through the helper: a lone small job may otherwise be synced on the loop.
+    # Every commit through the helper: a job may otherwise be synced on the loop.
     monkeypatch.setattr(pipeline_mod, "INLINE_SYNC_MAX_BYTES", 0)
+    monkeypatch.setattr(pipeline_mod, "INLINE_BULK_MAX_BYTES", 0)
     store = await FileStore.open(str(tmp_path / "s"), segment_bytes=8192, auto_compact=False)
     s = store.syncer
     assert isinstance(s, Syncer)
@@ -485,14 +486,67 @@ async def test_lone_small_commit_is_synced_on_the_loop(
         for _ in range(5):
             await _commit_one(store, 100)
         assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 5
-        # A job larger than INLINE_SYNC_MAX_BYTES goes to the helper.
+        assert s.stats["inline_bulk"] == 0
+        # A job larger than INLINE_SYNC_MAX_BYTES is a bulk one: still on the loop.
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
-        assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 6
-        # So does a job of more records than INLINE_SYNC_MAX_RECORDS (load, not one publisher).
+        assert s.stats["inline"] == 6 and s.stats["inline_bulk"] == 1 and s.stats["syncs"] == syncs + 6
+        # So is a job of more records than INLINE_SYNC_MAX_RECORDS (load, not one publisher).
         for _ in range(pipeline_mod.INLINE_SYNC_MAX_RECORDS + 1):
             store.append("k", b"", b"x", time.time_ns())
         await store.flush()
-        assert s.stats["inline"] == 5 and s.stats["syncs"] == syncs + 7
+        assert s.stats["inline"] == 7 and s.stats["inline_bulk"] == 2 and s.stats["syncs"] == syncs + 7
+        # A job larger than INLINE_BULK_MAX_BYTES goes to the helper, overlapped with the next.
+        await _commit_one(store, pipeline_mod.INLINE_BULK_MAX_BYTES + 1)
+        assert s.stats["inline"] == 7 and s.stats["syncs"] == syncs + 8
+    finally:
+        await store.close()
+
+
+async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bulk inline syncs go to the helper once their moving average passes INLINE_BULK_SLOW,
+    not on one slow sync; lone small commits stay on the loop meanwhile."""
+    monkeypatch.setattr(syncer_mod, "INLINE_SLOW", 10.0)
+    store = await FileStore.open(str(tmp_path / "s"))
+    s = store.syncer
+    assert isinstance(s, Syncer)
+    slow = syncer_mod.INLINE_BULK_SLOW
+    try:
+        await _greeted(s)
+        t = time.monotonic()
+        # One spike among fast syncs: still on the loop.
+        for dt in (0.0002, 0.0002, 4 * slow, 0.0002):
+            s._bulk_synced(t, dt)
+        assert s._bulk_off_until == 0.0 and s._bulk_backoff == syncer_mod.INLINE_BACKOFF
+        # Slow throughout: off within a few syncs, for INLINE_BACKOFF.
+        trips = 0
+        for _ in range(8):
+            s._bulk_synced(t, 2.5 * slow)
+            if s._bulk_off_until > t:
+                trips += 1
+                break
+        assert trips == 1 and s._bulk_avg == 0.0
+        assert t + syncer_mod.INLINE_BACKOFF <= s._bulk_off_until <= t + syncer_mod.INLINE_BACKOFF + 1
+        assert s._bulk_backoff == 2 * syncer_mod.INLINE_BACKOFF
+        inline, bulk = s.stats["inline"], s.stats["inline_bulk"]
+        await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)  # bulk: the helper
+        assert s.stats["inline"] == inline and s.stats["inline_bulk"] == bulk
+        await _commit_one(store, 100)  # a lone small commit: still on the loop
+        assert s.stats["inline"] == inline + 1
+        # Slow again after the backoff: the next trip is longer. Fast again: it starts short.
+        s._bulk_off_until = 0.0
+        for _ in range(8):
+            s._bulk_synced(t, 2.5 * slow)
+            if s._bulk_off_until > t:
+                break
+        assert s._bulk_backoff == 4 * syncer_mod.INLINE_BACKOFF
+        s._bulk_off_until = 0.0
+        s._bulk_synced(t, 0.0002)
+        assert s._bulk_backoff == syncer_mod.INLINE_BACKOFF
+        bulk = s.stats["inline_bulk"]
+        await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
+        assert s.stats["inline_bulk"] == bulk + 1  # on the loop again
     finally:
         await store.close()
 
@@ -507,9 +561,9 @@ async def test_work_scheduled_by_the_append_runs_before_an_inline_sync(
     order: list[str] = []
     real = Syncer.try_inline_fdatasync
 
-    def inline(self: Syncer, handle: int) -> bool:
+    def inline(self: Syncer, handle: int, bulk: bool = False) -> bool:
         order.append("sync")
-        return real(self, handle)
+        return real(self, handle, bulk)
 
     monkeypatch.setattr(Syncer, "try_inline_fdatasync", inline)
     store = await FileStore.open(str(tmp_path / "s"))
