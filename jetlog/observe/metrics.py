@@ -136,6 +136,7 @@ class NodeCollector(Collector):
         yield from (msgs, nbytes, last, committed, received, stored, dups, rejected, pubacks, scrubbed)
         yield from _consumer_families(streams)
         yield from _fsync_family()
+        yield from _fsync_where_family()
         if node.cluster is not None:
             yield from _cluster_families(node.cluster.metrics_view())
         api = node.api
@@ -222,6 +223,23 @@ def _fsync_family() -> Iterator[HistogramMetricFamily]:
     h = HistogramMetricFamily("jetlog_fsync_seconds", "Latency of fdatasync (request to answer)")
     h.add_metric([], buckets, sum_value=lat.total)
     yield h
+
+
+def _fsync_where_family() -> Iterator[CounterMetricFamily]:
+    """Where this process's syncs ran: on the loop (a lone small commit, or a bulk job while the
+    disk is fast), in the fsync helper, or in the fallback threads."""
+    syncer = current_syncer()
+    if syncer is None:
+        return
+    st = syncer.stats
+    where = CounterMetricFamily(
+        "jetlog_fsyncs", "Syncs (files and directories) by where they ran", labels=["where"]
+    )
+    where.add_metric(["loop"], st["inline"] - st["inline_bulk"])
+    where.add_metric(["loop_bulk"], st["inline_bulk"])
+    where.add_metric(["thread"], st["threaded"])
+    where.add_metric(["helper"], max(0, st["syncs"] - st["inline"] - st["threaded"]))
+    yield where
 
 
 def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

@@ -90,6 +90,12 @@ async def test_metrics_health_ready(tmp_path: Any) -> None:
             count = float(body.split("jetlog_fsync_seconds_count ")[1].split()[0])
             inf = float(body.split('jetlog_fsync_seconds_bucket{le="+Inf"} ')[1].split()[0])
             assert count == inf >= 3
+            # Where they ran: every one counted once (directory fsyncs too, so at least as many).
+            where = {
+                w: float(body.split(f'jetlog_fsyncs_total{{where="{w}"}} ')[1].split()[0])
+                for w in ("loop", "loop_bulk", "helper", "thread")
+            }
+            assert sum(where.values()) >= count and where["thread"] == 0
             assert "jetlog_raft_term" not in body  # a single node has no Raft
             assert (await _http_get(port, "/nope"))[0] == 404
         finally:
