@@ -51,7 +51,6 @@ Helper failure:
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import errno
 import itertools
@@ -61,33 +60,26 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
 
 from jetlog.log import syncworker as wire
 from jetlog.log.helperproc import HelperProcess
-from jetlog.log.segment import SegmentIO
 from jetlog.log.syncledger import LEDGER
+from jetlog.log.syncpolicy import (
+    INLINE_BACKOFF,
+    INLINE_BACKOFF_MAX,
+    INLINE_BULK_SLOW,
+    INLINE_SLOW,
+    SYNCFS_MIN,
+    SYNCFS_SLOW,
+    SlowGuard,
+    SyncLatency,
+    shared_groups,
+    syncfs_reports_errors,
+)
+from jetlog.log.syncseam import FileHandle, SyncRequest, SyncService, ThreadSync, sync_fd
 
 log = logging.getLogger("jetlog.log.syncer")
-
-INLINE_SLOW = 0.01
-"""Seconds: an inline sync slower than this (a stalling disk, not an ordinary spike) turns
-inline syncs off for ``INLINE_BACKOFF``, doubled after each further slow one (at most
-``INLINE_BACKOFF_MAX``); a fast one resets it."""
-INLINE_BULK_SLOW = 0.002
-"""Seconds: when the moving average of bulk inline syncs (jobs of pipelined publishes,
-``pipeline.INLINE_BULK_MAX_BYTES``) rises above this, bulk syncs go to the helper for
-``INLINE_BACKOFF`` (doubling while the disk stays slow): on such a disk the loop would lose more
-time waiting than the helper's round trip costs, and overlapping the sync with the next job
-pays. An average, not one sync: single 2-3 ms syncs come every few seconds on the test VM.
-Lone small commits stay inline (``INLINE_SLOW``)."""
-BULK_ALPHA = 0.125
-"""Weight of the newest bulk sync in that moving average (a disk that is slow throughout trips
-it within four syncs)."""
-INLINE_BACKOFF = 5.0
-INLINE_BACKOFF_MAX = 300.0
 
 MAX_RESTARTS = 3
 BACKOFF = (0.02, 0.2, 1.0)  # seconds before restart attempt 1, 2, 3
@@ -95,29 +87,6 @@ FALLBACK_RETRY = 60.0
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syncworker.py")
 
 __all__ = ["SyncService", "Syncer", "ThreadSync", "acquire_syncer", "helper_command"]
-
-
-class SyncService(Protocol):
-    """How a store makes files durable. Handles are small ints naming registered fds."""
-
-    def register(self, fd: int) -> int:
-        """Start tracking ``fd`` (a regular file or a directory); return its handle."""
-        ...
-
-    def forget(self, handle: int) -> None:
-        """Stop tracking a handle (no sync of it may be awaited any more)."""
-        ...
-
-    def fdatasync(self, handle: int) -> Awaitable[None]:
-        """Make the file's written data durable; ``OSError`` on an I/O error. Covers everything
-        written to the file before the call. May be a coroutine function; a service that
-        returns a future should issue the request before returning (the file store pipelines
-        its commits on that, see ``pipeline.py``)."""
-        ...
-
-    def fsync(self, handle: int) -> Awaitable[None]:
-        """``fsync`` (used for directory fds: creates, renames, unlinks)."""
-        ...
 
 
 def helper_command(fd: int) -> list[str]:
@@ -128,100 +97,6 @@ def helper_command(fd: int) -> list[str]:
     return [sys.executable, "-I", "-S", _WORKER, str(fd)]
 
 
-def _sync_fd(fd: int, op: int) -> int:
-    """Thread fallback: one sync, the errno as a result (0 = success)."""
-    try:
-        if op == wire.OP_FSYNC:
-            os.fsync(fd)
-        else:
-            os.fdatasync(fd)
-    except OSError as exc:
-        return exc.errno or errno.EIO
-    return 0
-
-
-class ThreadSync:
-    """``SyncService`` on a thread executor through a ``SegmentIO`` (the pre-helper path, kept
-    for ``FileStore.open(syncer="thread")``, tests and benchmarks). It pays the GIL hand-off
-    described in the module docstring on every sync."""
-
-    def __init__(self, io: SegmentIO, executor: ThreadPoolExecutor) -> None:
-        self._io = io
-        self._exec = executor
-        self._fds: dict[int, int] = {}
-        self._ids = itertools.count(1)
-
-    def register(self, fd: int) -> int:
-        h = next(self._ids)
-        self._fds[h] = fd  # the store keeps its fd open until after ``forget``
-        return h
-
-    def forget(self, handle: int) -> None:
-        self._fds.pop(handle, None)
-
-    def fdatasync(self, handle: int) -> asyncio.Future[None]:
-        return asyncio.get_running_loop().run_in_executor(self._exec, self._io.sync, self._fds[handle])
-
-    def fsync(self, handle: int) -> asyncio.Future[None]:
-        return asyncio.get_running_loop().run_in_executor(self._exec, os.fsync, self._fds[handle])
-
-
-class _Handle:
-    """A registered fd. Once a request names it, ``fd`` is our duplicate (``owned``): closed
-    once forgotten *and* idle, so a running sync (thread fallback) never touches a closed or
-    reused fd number. Until then it is the caller's own fd, which is open for as long as the
-    handle is registered: only a sync on the loop (``try_inline_fdatasync``) uses it, while
-    the caller waits. The duplicate is made late because ``dup`` in a process whose threads
-    are opening files is slow (the fd table grows under RCU): ~60 µs each, three per stream
-    on a restart."""
-
-    __slots__ = ("fd", "forgotten", "inflight", "owned", "path", "sent")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.owned = False
-        self.inflight = 0
-        self.forgotten = False
-        # Passed to the running helper yet: an fd goes over (SCM_RIGHTS) with its first
-        # request, not at registration. A restart opens a store's writer, its directory and
-        # its consumer log for every stream, and most are not written before they close.
-        self.sent = False
-        self.path: str | None = None  # test-only sync ledger (syncledger.py); None when off
-
-
-class SyncLatency:
-    """Cumulative histogram of file-data sync latencies (request to answer), read by the
-    metrics collector at scrape time. Bounds in seconds."""
-
-    BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(self.BOUNDS) + 1)  # the last one: above every bound
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        """Count one sync that took ``seconds``."""
-        self.total += seconds
-        self.counts[bisect.bisect_left(self.BOUNDS, seconds)] += 1
-
-
-class _Req:
-    """One sync request (awaited through ``fut``)."""
-
-    __slots__ = ("fut", "h", "handle", "op", "rid", "size", "t0")
-
-    def __init__(self, rid: int, op: int, handle: int, h: _Handle, fut: asyncio.Future[None]) -> None:
-        self.t0 = time.monotonic()
-        self.rid = rid
-        self.op = op
-        self.handle = handle
-        self.h = h
-        self.fut = fut
-        # Test-only sync ledger: the file size when requested = what this sync makes durable.
-        self.size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
-
-
-# Syncer states
 _HELPER, _RESTARTING, _THREAD, _CLOSED = "helper", "restarting", "thread", "closed"
 
 
@@ -232,10 +107,10 @@ class Syncer:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._refs = 0
-        self._handles: dict[int, _Handle] = {}
+        self._handles: dict[int, FileHandle] = {}
         self._handle_ids = itertools.count(1)
         self._rids = itertools.count(1)  # 0 is the hello
-        self._pending: dict[int, _Req] = {}  # for a helper (sent, or to send once one is up)
+        self._pending: dict[int, SyncRequest] = {}  # for a helper (sent, or to send once one is up)
         self._threaded = 0  # requests running in the fallback executor
         self._helper: HelperProcess | None = None
         self._state = _RESTARTING
@@ -254,12 +129,19 @@ class Syncer:
             "threaded": 0,
             "inline": 0,
             "inline_bulk": 0,
+            "syncfs": 0,  # shared syncs sent (one syncfs each)
+            "shared": 0,  # requests answered by one
         }
         self._inline_off_until = 0.0  # monotonic time; math.inf once a fault was injected
         self._inline_backoff = INLINE_BACKOFF
-        self._bulk_off_until = 0.0  # bulk inline syncs only (``INLINE_BULK_SLOW``)
-        self._bulk_backoff = INLINE_BACKOFF
-        self._bulk_avg = 0.0  # seconds, moving average of bulk inline syncs since the last trip
+        self.bulk = SlowGuard("bulk fdatasyncs on the loop", INLINE_BULK_SLOW)
+        self.shared = SlowGuard("shared syncs (syncfs)", SYNCFS_SLOW)
+        self.use_syncfs = syncfs_reports_errors()
+        # This loop pass (``_open_pass``): the file synced on the loop in it, and the helper
+        # requests held back to be sent together at its end (``_end_pass``).
+        self._pass_handle: int | None = None
+        self._batch: list[SyncRequest] | None = None
+        self._groups: dict[int, tuple[float, list[SyncRequest]]] = {}  # syncfs id -> (sent, requests)
         self.latency = SyncLatency()  # fdatasyncs (commits and rolls), not directory fsyncs
 
     # ---- public ---------------------------------------------------------------------------
@@ -277,7 +159,7 @@ class Syncer:
         if self._state == _CLOSED:
             raise RuntimeError("syncer is closed")
         handle = next(self._handle_ids)
-        h = self._handles[handle] = _Handle(fd)
+        h = self._handles[handle] = FileHandle(fd)
         if LEDGER is not None and (path := LEDGER.path_of(fd)) is not None:
             h.path = path
             LEDGER.note("R", os.fstat(fd).st_size, path)
@@ -311,8 +193,14 @@ class Syncer:
             # Not before the helper said hello either: until then it may not yet ignore the
             # Ctrl-C meant for the node (the first commits going through it keep that so).
             return False
+        if self._pass_handle is not None and self._pass_handle != handle:
+            # Another file was synced on the loop in this pass: many streams committing at once
+            # (one socket read can hold a message for each). Serial syncs on the loop would
+            # add up (200 streams: ~2.5 messages per sync, all of them in a row); the helper
+            # runs them side by side.
+            return False
         t0 = time.monotonic()
-        if t0 < self._inline_off_until or (bulk and t0 < self._bulk_off_until):
+        if t0 < self._inline_off_until or (bulk and not self.bulk.allowed(t0)):
             return False
         h = self._handles[handle]
         size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
@@ -325,8 +213,12 @@ class Syncer:
         dt = time.monotonic() - t0
         self.stats["inline"] += 1
         self.latency.observe(dt)
+        if self._pass_handle is None:
+            self._pass_handle = handle
+            self._open_pass()
         if bulk:
-            self._bulk_synced(t0, dt)
+            self.stats["inline_bulk"] += 1
+            self.bulk.observe(t0, dt)
         if dt > INLINE_SLOW:
             self._inline_off_until = t0 + dt + self._inline_backoff
             log.info(
@@ -340,22 +232,6 @@ class Syncer:
         if h.path is not None and LEDGER is not None:
             LEDGER.note("S", size, h.path)  # before anything it covers is acked
         return True
-
-    def _bulk_synced(self, t0: float, dt: float) -> None:
-        """Account one bulk inline sync that started at ``t0`` and took ``dt`` seconds."""
-        self.stats["inline_bulk"] += 1
-        avg = self._bulk_avg = self._bulk_avg + (dt - self._bulk_avg) * BULK_ALPHA
-        if avg > INLINE_BULK_SLOW:
-            self._bulk_off_until = t0 + dt + self._bulk_backoff
-            log.info(
-                "bulk fdatasyncs on the loop average %.1f ms; they go to the helper for %.0f s",
-                avg * 1e3,
-                self._bulk_backoff,
-            )
-            self._bulk_backoff = min(self._bulk_backoff * 2, INLINE_BACKOFF_MAX)
-            self._bulk_avg = 0.0  # after the backoff the disk is measured afresh
-        elif dt <= INLINE_BULK_SLOW and avg < INLINE_BULK_SLOW / 2:
-            self._bulk_backoff = INLINE_BACKOFF  # fast again: a later trip starts short
 
     def fsync(self, handle: int) -> asyncio.Future[None]:
         return self._request(wire.OP_FSYNC, handle)
@@ -387,7 +263,7 @@ class Syncer:
         h = self._handles[handle]
         if not h.owned:
             h.fd, h.owned = os.dup(h.fd), True
-        req = _Req(next(self._rids), op, handle, h, self._loop.create_future())
+        req = SyncRequest(next(self._rids), op, handle, h, self._loop.create_future())
         h.inflight += 1
         if self._state == _THREAD:
             if self._loop.time() >= self._retry_at and self._restart_task is None:
@@ -397,23 +273,79 @@ class Syncer:
             self._run_threaded(req)
         else:
             self._pending[req.rid] = req
-            helper = self._helper
-            if helper is not None:
-                # A send may find the helper dead (and drop it): the second one then does
-                # nothing, and the restart registers the handle and sends the request.
-                if not h.sent:
-                    h.sent = True
-                    helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
-                helper.send(wire.REQ.pack(op, handle, req.rid))
-            # else: restarting; ``_connect`` sends every pending request
+            if op == wire.OP_FDATASYNC:
+                if self._batch is not None:
+                    # Not the first of this pass: sent at its end, maybe with others in one
+                    # syncfs (``_end_pass``).
+                    self._batch.append(req)
+                    return req.fut
+                self._open_pass()
+            self._send(req.rid, op, handle, h)
         return req.fut
 
+    def _send(self, rid: int, op: int, handle: int, h: FileHandle) -> None:
+        helper = self._helper
+        if helper is not None:
+            # A send may find the helper dead (and drop it): the second one then does
+            # nothing, and the restart registers the handle and sends the request.
+            if not h.sent:
+                h.sent = True
+                helper.send(wire.REQ.pack(wire.OP_REGISTER, handle, 0), h.fd)
+            helper.send(wire.REQ.pack(op, handle, rid))
+        # else: restarting; ``_connect`` sends every pending request
+
+    def _open_pass(self) -> None:
+        """Hold back this loop pass's further helper syncs until it ends. The flushers kicked
+        by one socket read run in the same pass; a callback scheduled now runs after them."""
+        if self._batch is None:
+            self._batch = []
+            self._loop.call_soon(self._end_pass)
+
+    def _end_pass(self) -> None:
+        """Send the syncs held back in this pass: one ``syncfs`` for each filesystem with
+        ``SYNCFS_MIN`` files or more among them (while ``self.shared`` allows), one request
+        per file for the rest."""
+        self._pass_handle = None
+        batch, self._batch = self._batch, None
+        if not batch or self._helper is None:
+            return  # nothing, or a restarting helper: ``_connect`` sends every pending request
+        shared: set[int] = set()
+        if self.use_syncfs and len(batch) >= SYNCFS_MIN and self.shared.allowed(time.monotonic()):
+            devs = {r.handle: self._dev(r.h) for r in batch}
+            for handles in shared_groups(devs):
+                group = [r for r in batch if r.handle in handles]
+                rid = next(self._rids)
+                self._groups[rid] = (time.monotonic(), group)
+                self.stats["syncfs"] += 1
+                # Any one of the files names the filesystem; the helper syncs it whole.
+                self._send(rid, wire.OP_SYNCFS, group[0].handle, group[0].h)
+                shared.update(handles)
+        for r in batch:
+            if r.handle not in shared:
+                self._send(r.rid, r.op, r.handle, r.h)
+
+    @staticmethod
+    def _dev(h: FileHandle) -> int:
+        if h.dev is None:
+            h.dev = os.fstat(h.fd).st_dev
+        return h.dev
+
     def _reply(self, rid: int, err: int) -> None:
+        shared = self._groups.pop(rid, None)
+        if shared is not None:
+            # One syncfs answered them all: each was asked for after its data was written and
+            # before the helper started the syncfs, which writes back the whole filesystem.
+            sent, group = shared
+            self.shared.observe(sent, time.monotonic() - sent)
+            self.stats["shared"] += len(group)
+            for r in group:
+                self._reply(r.rid, err)
+            return
         req = self._pending.pop(rid, None)
         if req is not None:  # None: answered before (a duplicate after a re-issue)
             self._finish(req, err)
 
-    def _finish(self, req: _Req, err: int, ran: bool = True, via: str = "the fsync helper") -> None:
+    def _finish(self, req: SyncRequest, err: int, ran: bool = True, via: str = "the fsync helper") -> None:
         if ran:
             self.stats["syncs"] += 1
             if err:
@@ -445,6 +377,11 @@ class Syncer:
         helper = HelperProcess(self, helper_command)  # looked up now: tests replace it
         self._helper = helper
         self._state = _HELPER
+        # Every pending request goes again below, one per file: a syncfs sent to a dead helper
+        # is forgotten, and a request held back in this pass is sent now, not twice.
+        self._groups.clear()
+        if self._batch:
+            self._batch = []
         for handle, h in self._handles.items():
             if h.sent or h.inflight:
                 h.sent = True
@@ -522,7 +459,7 @@ class Syncer:
         for req in pending:
             self._run_threaded(req)
 
-    def _run_threaded(self, req: _Req) -> None:
+    def _run_threaded(self, req: SyncRequest) -> None:
         err, count = self._inject
         if count:
             self._inject = (err, count - 1)
@@ -532,7 +469,7 @@ class Syncer:
             self._exec = ThreadPoolExecutor(2, thread_name_prefix="jetlog-sync")
         self._threaded += 1
         self.stats["threaded"] += 1
-        fut = self._loop.run_in_executor(self._exec, _sync_fd, req.h.fd, req.op)
+        fut = self._loop.run_in_executor(self._exec, sync_fd, req.h.fd, req.op)
 
         def done(f: asyncio.Future[int]) -> None:
             self._threaded -= 1

@@ -16,6 +16,10 @@ so a reader only ever needs to buffer partial frames):
     FORGET(handle)            close this process's copy of the fd (after any running sync of it).
     FDATASYNC(handle, id)     fdatasync, then reply ``(id, errno)``.
     FSYNC(handle, id)         fsync (directories), then reply ``(id, errno)``.
+    SYNCFS(handle, id)        syncfs of the filesystem holding the file (every dirty page of
+                              it: the server sends one for many files' syncs asked for at
+                              once), then reply ``(id, errno)``. Linux only (libc ``syncfs``,
+                              through ctypes, imported at the first one).
     INJECT(arg = count << 32 | errno)   fault injection for tests: the next ``count`` sync
                               rounds fail with ``errno`` without touching the disk. No reply.
 
@@ -54,6 +58,7 @@ OP_FORGET = 2
 OP_FDATASYNC = 3
 OP_FSYNC = 4
 OP_INJECT = 5
+OP_SYNCFS = 6
 WORKERS = 2  # threads at start; more start while every thread is busy, up to MAX_WORKERS
 MAX_WORKERS = 32
 _MAX_FDS_PER_RECV = 16
@@ -150,7 +155,7 @@ class Worker:
                 if f.busy or f.queued:
                     return  # the worker closes it after the sync (never close an fd in use)
             os.close(f.fd)
-        elif op in (OP_FDATASYNC, OP_FSYNC):
+        elif op in (OP_FDATASYNC, OP_FSYNC, OP_SYNCFS):
             with self.lock:
                 f = self.files.get(handle)
                 if f is not None:
@@ -190,9 +195,12 @@ class Worker:
                 continue
             if not err:
                 try:
-                    if any(op == OP_FSYNC for _, op in batch):
+                    ops = {op for _, op in batch}
+                    if OP_SYNCFS in ops:
+                        _syncfs(f.fd)  # covers this file's data too
+                    if OP_FSYNC in ops:
                         os.fsync(f.fd)
-                    else:
+                    elif OP_SYNCFS not in ops:
                         os.fdatasync(f.fd)
                 except OSError as exc:
                     err = exc.errno or errno.EIO
@@ -206,6 +214,21 @@ class Worker:
                     close = True
             if close:
                 os.close(f.fd)
+
+
+_libc: list[object] = []  # [ctypes module, libc] once the first SYNCFS came
+
+
+def _syncfs(fd: int) -> None:
+    """``syncfs(fd)``; raises ``OSError`` with its errno."""
+    if not _libc:
+        import ctypes  # only here: most helpers never need it, and it doubles the start-up
+
+        _libc.extend((ctypes, ctypes.CDLL(None, use_errno=True)))
+    ctypes_mod, libc = _libc
+    if libc.syncfs(fd) != 0:  # type: ignore[attr-defined]
+        code = ctypes_mod.get_errno() or errno.EIO  # type: ignore[attr-defined]
+        raise OSError(code, os.strerror(code))
 
 
 def main(argv: list[str]) -> None:

@@ -227,7 +227,8 @@ def _fsync_family() -> Iterator[HistogramMetricFamily]:
 
 def _fsync_where_family() -> Iterator[CounterMetricFamily]:
     """Where this process's syncs ran: on the loop (a lone small commit, or a bulk job while the
-    disk is fast), in the fsync helper, or in the fallback threads."""
+    disk is fast), in the fsync helper (one file each, or many answered by one ``syncfs``), or
+    in the fallback threads."""
     syncer = current_syncer()
     if syncer is None:
         return
@@ -238,7 +239,8 @@ def _fsync_where_family() -> Iterator[CounterMetricFamily]:
     where.add_metric(["loop"], st["inline"] - st["inline_bulk"])
     where.add_metric(["loop_bulk"], st["inline_bulk"])
     where.add_metric(["thread"], st["threaded"])
-    where.add_metric(["helper"], max(0, st["syncs"] - st["inline"] - st["threaded"]))
+    where.add_metric(["helper_shared"], st["shared"])
+    where.add_metric(["helper"], max(0, st["syncs"] - st["inline"] - st["threaded"] - st["shared"]))
     yield where
 
 

@@ -517,33 +517,33 @@ async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
         t = time.monotonic()
         # One spike among fast syncs: still on the loop.
         for dt in (0.0002, 0.0002, 4 * slow, 0.0002):
-            s._bulk_synced(t, dt)
-        assert s._bulk_off_until == 0.0 and s._bulk_backoff == syncer_mod.INLINE_BACKOFF
+            s.bulk.observe(t, dt)
+        assert s.bulk.off_until == 0.0 and s.bulk.backoff == syncer_mod.INLINE_BACKOFF
         # Slow throughout: off within a few syncs, for INLINE_BACKOFF.
         trips = 0
         for _ in range(8):
-            s._bulk_synced(t, 2.5 * slow)
-            if s._bulk_off_until > t:
+            s.bulk.observe(t, 2.5 * slow)
+            if s.bulk.off_until > t:
                 trips += 1
                 break
-        assert trips == 1 and s._bulk_avg == 0.0
-        assert t + syncer_mod.INLINE_BACKOFF <= s._bulk_off_until <= t + syncer_mod.INLINE_BACKOFF + 1
-        assert s._bulk_backoff == 2 * syncer_mod.INLINE_BACKOFF
+        assert trips == 1 and s.bulk.avg == 0.0
+        assert t + syncer_mod.INLINE_BACKOFF <= s.bulk.off_until <= t + syncer_mod.INLINE_BACKOFF + 1
+        assert s.bulk.backoff == 2 * syncer_mod.INLINE_BACKOFF
         inline, bulk = s.stats["inline"], s.stats["inline_bulk"]
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)  # bulk: the helper
         assert s.stats["inline"] == inline and s.stats["inline_bulk"] == bulk
         await _commit_one(store, 100)  # a lone small commit: still on the loop
         assert s.stats["inline"] == inline + 1
         # Slow again after the backoff: the next trip is longer. Fast again: it starts short.
-        s._bulk_off_until = 0.0
+        s.bulk.off_until = 0.0
         for _ in range(8):
-            s._bulk_synced(t, 2.5 * slow)
-            if s._bulk_off_until > t:
+            s.bulk.observe(t, 2.5 * slow)
+            if s.bulk.off_until > t:
                 break
-        assert s._bulk_backoff == 4 * syncer_mod.INLINE_BACKOFF
-        s._bulk_off_until = 0.0
-        s._bulk_synced(t, 0.0002)
-        assert s._bulk_backoff == syncer_mod.INLINE_BACKOFF
+        assert s.bulk.backoff == 4 * syncer_mod.INLINE_BACKOFF
+        s.bulk.off_until = 0.0
+        s.bulk.observe(t, 0.0002)
+        assert s.bulk.backoff == syncer_mod.INLINE_BACKOFF
         bulk = s.stats["inline_bulk"]
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
         assert s.stats["inline_bulk"] == bulk + 1  # on the loop again
@@ -633,3 +633,101 @@ async def test_a_failed_inline_sync_fails_the_store_closed(
     finally:
         monkeypatch.undo()
         await store.close()
+
+
+# ---- many files in one pass: one syncfs (syncpolicy.SYNCFS_MIN) ------------------------------
+
+
+async def _stores(tmp_path: Path, n: int) -> list[FileStore]:
+    return [await FileStore.open(str(tmp_path / f"s{i}")) for i in range(n)]
+
+
+async def _commit_each(stores: list[FileStore]) -> None:
+    """One message into every store in the same loop pass, then wait for all of them."""
+    for i, st in enumerate(stores):
+        st.append("k", b"", b"m%d" % i, time.time_ns())
+    await asyncio.gather(*(st.flush() for st in stores), return_exceptions=True)
+
+
+@pytest.fixture
+def helper_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit through the helper (none on the loop)."""
+    monkeypatch.setattr(pipeline_mod, "INLINE_SYNC_MAX_BYTES", 0)
+    monkeypatch.setattr(pipeline_mod, "INLINE_BULK_MAX_BYTES", 0)
+
+
+@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+async def test_syncs_of_many_files_asked_for_in_one_pass_share_one_syncfs(
+    tmp_path: Path, helper_only: None
+) -> None:
+    stores = await _stores(tmp_path, 5)
+    s = stores[0].syncer
+    assert isinstance(s, Syncer) and s.use_syncfs
+    try:
+        await _greeted(s)
+        shared, calls = s.stats["shared"], s.stats["syncfs"]
+        await _commit_each(stores)
+        # The first store's sync went at once; the four asked for after it in the same pass
+        # were answered by one syncfs.
+        assert s.stats["syncfs"] == calls + 1 and s.stats["shared"] == shared + 4
+        assert [st.committed_seq for st in stores] == [1] * 5
+        # Below SYNCFS_MIN files in a pass: one sync each.
+        await _commit_each(stores[:2])
+        assert s.stats["syncfs"] == calls + 1 and [st.committed_seq for st in stores[:2]] == [2, 2]
+    finally:
+        for st in stores:
+            await st.close()
+    for i in range(5):  # durable and whole after a reopen
+        st = await FileStore.open(str(tmp_path / f"s{i}"))
+        try:
+            assert st.last_seq == (2 if i < 2 else 1) and st.load(1) is not None
+        finally:
+            await st.close()
+
+
+@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+async def test_a_failed_shared_syncfs_fails_every_store_it_answered(
+    tmp_path: Path, helper_only: None
+) -> None:
+    stores = await _stores(tmp_path, 5)
+    s = stores[0].syncer
+    assert isinstance(s, Syncer)
+    try:
+        await _greeted(s)
+        await _commit_each(stores)
+        s.inject_error(errno.EIO, count=2)  # the next two sync rounds in the helper: both
+        calls = s.stats["syncfs"]
+        await _commit_each(stores)
+        assert s.stats["syncfs"] == calls + 1
+        await _until(lambda: all(st.failed is not None for st in stores))
+        assert [st.committed_seq for st in stores] == [1] * 5  # none acknowledged
+    finally:
+        for st in stores:
+            with contextlib.suppress(Exception):
+                await st.close()
+
+
+@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+async def test_a_shared_syncfs_lost_with_its_helper_is_sent_again_one_file_each(
+    tmp_path: Path, helper_only: None
+) -> None:
+    stores = await _stores(tmp_path, 5)
+    s = stores[0].syncer
+    assert isinstance(s, Syncer)
+    try:
+        pid = await _running(s)
+        await _greeted(s)
+        os.kill(pid, signal.SIGSTOP)
+        calls, reissued = s.stats["syncfs"], s.stats["reissued"]
+        task = asyncio.ensure_future(_commit_each(stores))
+        await _until(lambda: s.stats["syncfs"] == calls + 1)
+        await asyncio.sleep(0.1)
+        assert [st.committed_seq for st in stores] == [0] * 5, "acknowledged while nothing synced"
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.wait_for(task, 10)
+        assert [st.committed_seq for st in stores] == [1] * 5
+        assert all(st.failed is None for st in stores)
+        assert s.stats["reissued"] >= reissued + 5 and s.pid != pid
+    finally:
+        for st in stores:
+            await st.close()
