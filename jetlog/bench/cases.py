@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -110,6 +111,30 @@ async def pub_async(
         await ajs.publish_async(subj, payload)
     await _completed(ajs)
     return w.result(n)
+
+
+async def pub_async_spread(
+    nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, streams: int = 200, window: int = 1024
+) -> Result:
+    """js.publish_async of 128 B messages round-robin over ``streams`` streams (many streams
+    committing at once: each sync covers a few messages of one stream), bounded window."""
+    names = [f"{name}{i}" for i in range(streams)]
+    try:
+        for s in names:
+            await _stream(js, s)
+        ajs = nc.jetstream(publish_async_max_pending=window)
+        payload = b"x" * 128
+        subjects = [f"{s.lower()}.a" for s in names]
+        n = 5000 if quick else 50000
+        w = Window()
+        for i in range(n):
+            await ajs.publish_async(subjects[i % streams], payload)
+        await _completed(ajs)
+        return w.result(n)
+    finally:
+        for s in names:
+            with contextlib.suppress(nats.errors.Error):
+                await js.delete_stream(s)
 
 
 async def pub_fire(nc: nats.NATS, js: JetStreamContext, name: str, quick: bool, size: int = 128) -> Result:
@@ -292,6 +317,7 @@ def all_cases() -> dict[str, Case]:
                 return case
 
             cases[f"pub-async w{window} {label}"] = make()
+    cases["pub-async 200 streams w1024 128B"] = pub_async_spread
     cases["pub-fire 128B"] = pub_fire
     cases["msg-get"] = msg_get
     cases["direct-get"] = direct_get
