@@ -382,5 +382,6 @@ def write_job(io: SegmentIO, job: Job) -> JobResult:
 
 def start_sync(sync: SyncService, handle: int) -> asyncio.Future[None]:
     """Request ``fdatasync(handle)`` now and return its future. The ``Syncer`` sends the request
-    before returning; a service whose ``fdatasync`` is a coroutine starts on the next loop step."""
+    before returning, or at the end of this loop pass when it is not the pass's first; a service
+    whose ``fdatasync`` is a coroutine starts on the next loop step."""
     return asyncio.ensure_future(sync.fdatasync(handle))

@@ -170,13 +170,25 @@ class Syncer:
         if h is None:
             return
         h.forgotten = True
+        if self._batch and h.inflight:
+            # Its syncs held back in this pass go first: sent after the FORGET, the helper
+            # would answer them EBADF (and fail every file of a shared syncfs named by it).
+            mine = [r for r in self._batch if r.handle == handle]
+            if mine:
+                self._batch = [r for r in self._batch if r.handle != handle]
+                for r in mine:
+                    self._send(r.rid, r.op, r.handle, r.h)
         if self._helper is not None and h.sent:
             self._helper.send(wire.REQ.pack(wire.OP_FORGET, handle, 0))
         if not h.inflight and h.owned:
             os.close(h.fd)
 
     def fdatasync(self, handle: int) -> asyncio.Future[None]:
-        """The request is sent (or queued for a restarting helper) before this returns."""
+        """The first request of a loop pass is sent (or queued for a restarting helper) before
+        this returns; later ones of the same pass are held to its end (a callback scheduled by
+        the first), where several files of one filesystem share one ``syncfs``. The sync covers
+        whatever was written before the helper starts it, so holding a request back can only
+        make it cover more."""
         return self._request(wire.OP_FDATASYNC, handle)
 
     def try_inline_fdatasync(self, handle: int, bulk: bool = False) -> bool:

@@ -36,9 +36,10 @@ class SyncService(Protocol):
 
     def fdatasync(self, handle: int) -> Awaitable[None]:
         """Make the file's written data durable; ``OSError`` on an I/O error. Covers everything
-        written to the file before the call. May be a coroutine function; a service that
-        returns a future should issue the request before returning (the file store pipelines
-        its commits on that, see ``pipeline.py``)."""
+        written to the file before the call. May be a coroutine function or return a future;
+        the file store pipelines its commits on the future (``pipeline.py``), which must
+        complete without further calls (``Syncer`` sends a held-back request at the end of the
+        loop pass by itself)."""
         ...
 
     def fsync(self, handle: int) -> Awaitable[None]:

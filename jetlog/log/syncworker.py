@@ -204,6 +204,11 @@ class Worker:
                         os.fdatasync(f.fd)
                 except OSError as exc:
                     err = exc.errno or errno.EIO
+                except Exception as exc:  # a worker must answer, whatever failed
+                    # A thread that died here would leave its file busy and every request for
+                    # it unanswered: the stores waiting on them would hang instead of failing.
+                    print(f"jetlog sync helper {os.getpid()}: sync failed: {exc!r}", file=sys.stderr)
+                    err = errno.EIO
             self.reply([REP.pack(rid, err) for rid, _ in batch])
             close = False
             with self.lock:
@@ -216,15 +221,20 @@ class Worker:
                 os.close(f.fd)
 
 
-_libc: list[object] = []  # [ctypes module, libc] once the first SYNCFS came
+_libc: tuple[object, object] | None = None  # (ctypes, libc) once the first SYNCFS came
+_libc_lock = _thread.allocate_lock()
 
 
 def _syncfs(fd: int) -> None:
     """``syncfs(fd)``; raises ``OSError`` with its errno."""
-    if not _libc:
-        import ctypes  # only here: most helpers never need it, and it doubles the start-up
+    global _libc
+    if _libc is None:
+        # Several workers may meet their first SYNCFS at once: one loads, the others wait.
+        with _libc_lock:
+            if _libc is None:
+                import ctypes  # only here: most helpers never need it, and it doubles the start-up
 
-        _libc.extend((ctypes, ctypes.CDLL(None, use_errno=True)))
+                _libc = (ctypes, ctypes.CDLL(None, use_errno=True))
     ctypes_mod, libc = _libc
     if libc.syncfs(fd) != 0:  # type: ignore[attr-defined]
         code = ctypes_mod.get_errno() or errno.EIO  # type: ignore[attr-defined]

@@ -731,3 +731,30 @@ async def test_a_shared_syncfs_lost_with_its_helper_is_sent_again_one_file_each(
     finally:
         for st in stores:
             await st.close()
+
+
+@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+async def test_a_file_forgotten_in_the_pass_of_its_held_back_sync_is_still_answered(
+    tmp_path: Path,
+) -> None:
+    """A held-back request goes before the FORGET (the helper would answer it EBADF, and a
+    shared syncfs named by that file would fail every file it covers)."""
+    s = acquire_syncer()
+    fds = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT | os.O_APPEND) for i in range(5)]
+    try:
+        hs = [s.register(fd) for fd in fds]
+        await _greeted(s)
+        await asyncio.gather(*(s.fdatasync(h) for h in hs))  # each one registered in the helper
+        for fd in fds:
+            os.write(fd, b"x" * 100)
+        calls = s.stats["syncfs"]
+        futs = [s.fdatasync(h) for h in hs]  # the first sent, the other four held back
+        s.forget(hs[1])  # the first of the held-back ones
+        await asyncio.wait_for(asyncio.gather(*futs), 10)  # none failed (EBADF would raise)
+        assert s.stats["syncfs"] == calls + 1  # the other three still shared one
+        for h in hs[:1] + hs[2:]:
+            s.forget(h)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        await s.release()
