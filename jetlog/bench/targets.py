@@ -165,6 +165,7 @@ async def start(kind: str, tmp: str | None = None) -> Env:
     await srv.start()
     args = serve_argv(srv.url, srv.leaf_url, os.path.join(tmp, "data"), "warning")
     env = dict(os.environ)
+    env["JETLOG_PARENT_PID"] = str(os.getpid())  # a killed benchmark leaves no node behind
     if kind == "jetlog-interval":
         cfg = os.path.join(tmp, "jetlog.toml")
         with open(cfg, "w") as f:
