@@ -150,8 +150,9 @@ class Flusher:
         self.dead = False  # failed or stopped: nothing is committed any more
         self.unsynced = False  # interval mode: written since the last sync
         self.last_sync = time.monotonic_ns()
-        # The real Syncer can sync a lone small job on the loop (test services that gate or
-        # fail syncs have no such method and always take the asynchronous path).
+        # The real Syncer can sync a job on the loop (a lone small one, or a bulk one while the
+        # disk is fast); test services that gate or fail syncs have no such method and always
+        # take the asynchronous path.
         self._inline: Callable[[int, bool], bool] | None = getattr(
             store._ss.service, "try_inline_fdatasync", None
         )
@@ -276,12 +277,11 @@ class Flusher:
         self.wsize = res.sizes[-1][1]
         if job.sync:
             # Requested only now that the whole job is written: the sync covers all of it.
-            inline = self._inline
             nbytes = self.wsize - job.size
             small = len(fl.recs) <= INLINE_SYNC_MAX_RECORDS and nbytes <= INLINE_SYNC_MAX_BYTES
             bulk = not small and nbytes <= INLINE_BULK_MAX_BYTES
-            on_loop = inline is not None and len(self.flights) == 1 and (small or bulk)
-            if on_loop and st.ship_first:
+            inline = self._inline if len(self.flights) == 1 and (small or bulk) else None
+            if inline is not None and st.ship_first:
                 # An inline sync stalls the loop: a replicated stream's leader first lets what
                 # is already scheduled run, its followers' fetch replies (scheduled by the same
                 # append that kicked this task): shipped before the fsync, the followers' fsyncs
@@ -291,9 +291,7 @@ class Flusher:
                 await asyncio.sleep(0)
                 if st._failed is not None:
                     return
-            if (
-                on_loop and inline is not None and inline(job.handle, bulk)
-            ):  # raises OSError like a failed sync
+            if inline is not None and inline(job.handle, bulk):  # raises OSError like a failed sync
                 fut = fl.fut = asyncio.get_running_loop().create_future()
                 fut.set_result(None)
                 self._synced(fut)  # durable now: commit without a loop round

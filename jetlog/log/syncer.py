@@ -173,11 +173,13 @@ class Syncer:
         if self._batch and h.inflight:
             # Its syncs held back in this pass go first: sent after the FORGET, the helper
             # would answer them EBADF (and fail every file of a shared syncfs named by it).
-            mine = [r for r in self._batch if r.handle == handle]
-            if mine:
-                self._batch = [r for r in self._batch if r.handle != handle]
-                for r in mine:
+            kept = []
+            for r in self._batch:
+                if r.handle == handle:
                     self._send(r.rid, r.op, r.handle, r.h)
+                else:
+                    kept.append(r)
+            self._batch = kept
         if self._helper is not None and h.sent:
             self._helper.send(wire.REQ.pack(wire.OP_FORGET, handle, 0))
         if not h.inflight and h.owned:
@@ -325,7 +327,8 @@ class Syncer:
         if self.use_syncfs and len(batch) >= SYNCFS_MIN and self.shared.allowed(time.monotonic()):
             devs = {r.handle: self._dev(r.h) for r in batch}
             for handles in shared_groups(devs):
-                group = [r for r in batch if r.handle in handles]
+                members = set(handles)
+                group = [r for r in batch if r.handle in members]
                 rid = next(self._rids)
                 self._groups[rid] = (time.monotonic(), group)
                 self.stats["syncfs"] += 1
@@ -343,11 +346,11 @@ class Syncer:
         return h.dev
 
     def _reply(self, rid: int, err: int) -> None:
-        shared = self._groups.pop(rid, None)
-        if shared is not None:
+        entry = self._groups.pop(rid, None)
+        if entry is not None:
             # One syncfs answered them all: each was asked for after its data was written and
             # before the helper started the syncfs, which writes back the whole filesystem.
-            sent, group = shared
+            sent, group = entry
             self.shared.observe(sent, time.monotonic() - sent)
             self.stats["shared"] += len(group)
             for r in group:

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -638,8 +639,27 @@ async def test_a_failed_inline_sync_fails_the_store_closed(
 # ---- many files in one pass: one syncfs (syncpolicy.SYNCFS_MIN) ------------------------------
 
 
-async def _stores(tmp_path: Path, n: int) -> list[FileStore]:
-    return [await FileStore.open(str(tmp_path / f"s{i}")) for i in range(n)]
+needs_syncfs = pytest.mark.skipif(
+    not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only"
+)
+
+
+@contextlib.asynccontextmanager
+async def _stores(tmp_path: Path, n: int) -> AsyncIterator[tuple[list[FileStore], Syncer]]:
+    """``n`` stores under ``tmp_path`` and their shared syncer, closed on the way out (a failed
+    store's close may raise: that one is not checked here)."""
+    stores = [await FileStore.open(str(tmp_path / f"s{i}")) for i in range(n)]
+    s = stores[0].syncer
+    assert isinstance(s, Syncer)
+    try:
+        yield stores, s
+    finally:
+        for st in stores:
+            if st.failed is None:
+                await st.close()
+            else:
+                with contextlib.suppress(Exception):
+                    await st.close()
 
 
 async def _commit_each(stores: list[FileStore]) -> None:
@@ -656,14 +676,12 @@ def helper_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline_mod, "INLINE_BULK_MAX_BYTES", 0)
 
 
-@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+@needs_syncfs
 async def test_syncs_of_many_files_asked_for_in_one_pass_share_one_syncfs(
     tmp_path: Path, helper_only: None
 ) -> None:
-    stores = await _stores(tmp_path, 5)
-    s = stores[0].syncer
-    assert isinstance(s, Syncer) and s.use_syncfs
-    try:
+    async with _stores(tmp_path, 5) as (stores, s):
+        assert s.use_syncfs
         await _greeted(s)
         shared, calls = s.stats["shared"], s.stats["syncfs"]
         await _commit_each(stores)
@@ -674,9 +692,6 @@ async def test_syncs_of_many_files_asked_for_in_one_pass_share_one_syncfs(
         # Below SYNCFS_MIN files in a pass: one sync each.
         await _commit_each(stores[:2])
         assert s.stats["syncfs"] == calls + 1 and [st.committed_seq for st in stores[:2]] == [2, 2]
-    finally:
-        for st in stores:
-            await st.close()
     for i in range(5):  # durable and whole after a reopen
         st = await FileStore.open(str(tmp_path / f"s{i}"))
         try:
@@ -685,14 +700,11 @@ async def test_syncs_of_many_files_asked_for_in_one_pass_share_one_syncfs(
             await st.close()
 
 
-@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+@needs_syncfs
 async def test_a_failed_shared_syncfs_fails_every_store_it_answered(
     tmp_path: Path, helper_only: None
 ) -> None:
-    stores = await _stores(tmp_path, 5)
-    s = stores[0].syncer
-    assert isinstance(s, Syncer)
-    try:
+    async with _stores(tmp_path, 5) as (stores, s):
         await _greeted(s)
         await _commit_each(stores)
         s.inject_error(errno.EIO, count=2)  # the next two sync rounds in the helper: both
@@ -701,20 +713,13 @@ async def test_a_failed_shared_syncfs_fails_every_store_it_answered(
         assert s.stats["syncfs"] == calls + 1
         await _until(lambda: all(st.failed is not None for st in stores))
         assert [st.committed_seq for st in stores] == [1] * 5  # none acknowledged
-    finally:
-        for st in stores:
-            with contextlib.suppress(Exception):
-                await st.close()
 
 
-@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+@needs_syncfs
 async def test_a_shared_syncfs_lost_with_its_helper_is_sent_again_one_file_each(
     tmp_path: Path, helper_only: None
 ) -> None:
-    stores = await _stores(tmp_path, 5)
-    s = stores[0].syncer
-    assert isinstance(s, Syncer)
-    try:
+    async with _stores(tmp_path, 5) as (stores, s):
         pid = await _running(s)
         await _greeted(s)
         os.kill(pid, signal.SIGSTOP)
@@ -728,12 +733,9 @@ async def test_a_shared_syncfs_lost_with_its_helper_is_sent_again_one_file_each(
         assert [st.committed_seq for st in stores] == [1] * 5
         assert all(st.failed is None for st in stores)
         assert s.stats["reissued"] >= reissued + 5 and s.pid != pid
-    finally:
-        for st in stores:
-            await st.close()
 
 
-@pytest.mark.skipif(not syncer_mod.syncfs_reports_errors(), reason="syncfs is used on Linux 5.8+ only")
+@needs_syncfs
 async def test_a_file_forgotten_in_the_pass_of_its_held_back_sync_is_still_answered(
     tmp_path: Path,
 ) -> None:
