@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from jetlog.cluster.controller import Controller
 from jetlog.cluster.follower import StreamFollower, consumer_dir
 from jetlog.cluster.leader import StreamLeader
 from jetlog.cluster.liveness import Liveness
+from jetlog.cluster.mux import MuxReplier, MuxRequester
 from jetlog.cluster.raftloop import Applied as MT_Applied
 from jetlog.cluster.reconcile import Reconciler
 from jetlog.cluster.routing import Router
@@ -36,6 +38,7 @@ from jetlog.observe import advisory
 from jetlog.tasklog import failure_logger
 from jetlog.wire import headers as H
 from jetlog.wire import repl as R
+from jetlog.wire import repl_mux as RM
 from jetlog.wire.leaf import LeafFrameError
 
 log = logging.getLogger("jetlog.cluster")
@@ -66,6 +69,11 @@ class ClusterNode(ClusterViews):
         self._events_q = self.raft.subscribe()
         self.client = node.client
         self.repl_subject = f"$JETLOG.{self.cluster}.R.{self.name}"
+        # Replication requests and replies between two nodes travel batched, one message per
+        # loop pass (``mux``); the inbox is under ``R.>`` so the deployed permissions that keep
+        # apps off replication cover it (deploy/nats).
+        self.mux = MuxRequester(self.client, f"{self.repl_subject}.MUX")
+        self.mux_replies = MuxReplier(self.client)
         self.liveness = Liveness(
             self.client,
             f"$JETLOG.{self.cluster}.HB",
@@ -103,6 +111,7 @@ class ClusterNode(ClusterViews):
         # leader deposed meanwhile: the leaf link drops it (see ``LeafOut.stale_after``).
         node.leaf.stale_after = self.cfg.cluster.node_timeout
         await self.raft.start()
+        self._sids.append(await self.mux.start())
         if os.environ.get("JETLOG_FAULT_CONTROL") == "1":
             # Test-only (chaos, fault tests): silent Raft partitions on command. Off unless the
             # environment asks for it, so no production node exposes it. Subscribed before the
@@ -400,7 +409,7 @@ class ClusterNode(ClusterViews):
             leader=a.leader,
             epoch=a.epoch,
             subject=f"$JETLOG.{self.cluster}.R.{a.leader}",
-            request=self.request,
+            request=self.mux.request,
             max_payload=lambda: self.client.max_payload,
             consumer_dir=consumer_dir(stream, self.node.streams.root),
             prior_reply=self._prior_reply(stream.name, a),
@@ -444,28 +453,41 @@ class ClusterNode(ClusterViews):
     # ---- replication requests ----------------------------------------------------------------
 
     def _on_repl(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
-        if not reply:
+        if RM.is_request(data):
+            try:
+                ret, items = RM.decode_request(data)
+            except RM.MuxError as e:
+                log.warning("dropping a damaged batch of replication requests: %s", e)
+                return
+            out = self.mux_replies
+            for rid, one in items:
+                self._serve_repl(one, functools.partial(out.reply, ret, rid))
             return
+        if reply:
+            self._serve_repl(data, lambda payload: self._send(reply, payload))
+
+    def _serve_repl(self, data: bytes, answer: Callable[[bytes], None]) -> None:
+        """Answer one replication request (plain or out of a batch) through ``answer``."""
         try:
             req, _ = R.decode_request(data)
         except R.ReplError as e:
-            self._send(reply, R.encode(R.FetchReply(code=R.ERROR, error=str(e))))
+            answer(R.encode(R.FetchReply(code=R.ERROR, error=str(e))))
             return
         role = self.reconciler.role_of(req.stream) if self.reconciler is not None else None
         if role is None or role.kind != "leader":
             code = R.NOT_LEADER if self.state.streams.get(req.stream) is not None else R.NO_STREAM
             if isinstance(req, R.EpochEndRequest):
-                self._send(reply, R.encode(R.EpochEndReply(code=code)))
+                answer(R.encode(R.EpochEndReply(code=code)))
             else:
-                self._send(reply, R.encode(R.FetchReply(code=code)))
+                answer(R.encode(R.FetchReply(code=code)))
             return
         leader: StreamLeader = role.obj
         if isinstance(req, R.EpochEndRequest):
-            self._send(reply, leader.handle_epoch_end(req))
+            answer(leader.handle_epoch_end(req))
         elif isinstance(req, R.HwRequest):
-            self._send(reply, leader.handle_hw(req))
+            answer(leader.handle_hw(req))
         else:
-            leader.handle_fetch(req, lambda payload: self._send(reply, payload))
+            leader.handle_fetch(req, answer)
 
     def _on_leading(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
         """Answer once this node's own view says it leads Raft (bounded wait): a former

@@ -186,10 +186,12 @@ def _committed_at(st: ReplicaHost, pos: Pos) -> tuple[int, int]:
     return si, segs[si].table.find(pos)
 
 
-def _locate(st: ReplicaHost, after: Pos) -> tuple[int, int, int]:
+def _locate(
+    st: ReplicaHost, after: Pos, pend: list[tuple[list[PendingBatch | Roll], int]]
+) -> tuple[int, int, int]:
     """Where the batches following ``after`` begin: ``(segment index, table index, pending
-    index)``; the pending index is -1 while committed batches remain to be read."""
-    pend = _pending(st)
+    index)``; the pending index is -1 while committed batches remain to be read. ``pend``:
+    ``_pending(st)``."""
     start = start_pos(st._segs)
     if resolve(after, start, st._end, _first(st, pend)):
         return 0, 0, -1
@@ -218,7 +220,8 @@ def read_batches(st: ReplicaHost, after: Pos, max_bytes: int, offset: int) -> Re
         raise StreamUnavailableError(f"store {st.path} is closed")
     if max_bytes < 1:
         raise ValueError("max_bytes must be positive")
-    si, j, pi = _locate(st, after)
+    pend = _pending(st)  # one list for the whole read: a leader answers every fetch with one
+    si, j, pi = _locate(st, after, pend)
     out: list[bytes] = []
     used = count = 0
     last = after
@@ -245,7 +248,6 @@ def read_batches(st: ReplicaHost, after: Pos, max_bytes: int, offset: int) -> Re
         if e < len(t):
             return ReplicaRead(b"".join(out), count, last)
         si, j = si + 1, 0
-    pend = _pending(st)
     for ref in pend[max(pi, 0) :]:
         b = _sealed(st, ref)
         size = len(b.parts[0]) + len(b.parts[1])
