@@ -200,12 +200,6 @@ class Node:
 
         # Before anything opens a file: a directory of a newer on-disk format is refused whole.
         await asyncio.to_thread(check_and_mark, self.cfg.data_dir)
-        await self.client.connect()
-        try:
-            await self.leaf.connect(timeout=self.cfg.upstream.connect_timeout)
-        except TransportError:
-            await self.client.close()
-            raise
         self.consumers = ConsumerService(
             self.leaf,
             decode_config=lambda b: msgspec.json.decode(b, type=ConsumerConfig),
@@ -225,6 +219,21 @@ class Node:
             read_consumers=read_log,
         )
         self.decode_config = decode_stored_config
+        if not self.cfg.clustered:
+            # The streams are read from disk while the links connect (~15 ms of waiting for the
+            # upstream server at every start). A failed start releases what was read
+            # and its directory locks.
+            self.streams.read_ahead()
+        try:
+            await self.client.connect()
+            try:
+                await self.leaf.connect(timeout=self.cfg.upstream.connect_timeout)
+            except TransportError:
+                await self.client.close()
+                raise
+        except BaseException:
+            self.streams.abandon_read_ahead()
+            raise
         if self.cfg.clustered:
             from jetlog.cluster.service import ClusterNode
 

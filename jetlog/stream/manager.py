@@ -116,15 +116,18 @@ class StreamManager:
         self.offline: dict[str, str] = {}
         self._subs: dict[str, list[Any]] = {}
         self._lock = asyncio.Lock()
+        self._reading: asyncio.Task[_Reading] | None = None
 
     # ---- startup / shutdown ---------------------------------------------------------------
 
-    async def load(self) -> None:
-        """Open every stream found on disk. One thread does every stream's disk work in turn
-        (``preload``: metadata, store recovery, consumer state); the loop then builds the
-        streams from what it read, without further hops. ``LOAD_THREADS`` such threads share
-        the streams (their reads and CRCs overlap: 0.41 s to ready against 0.43-0.45 with one,
-        100 streams at rest; the same after a crash, whose record walk holds the GIL)."""
+    def read_ahead(self) -> None:
+        """Start the disk half of :meth:`load` now, in its threads: a node starts it before its
+        links connect (the loop only waits there), and ``load`` takes the results over. What
+        is read and never loaded is released by :meth:`close`."""
+        if self._reading is None:
+            self._reading = asyncio.get_running_loop().create_task(self._read_all(), name="jetlog-read-ahead")
+
+    async def _read_all(self) -> _Reading:
         names = await asyncio.to_thread(_list_dirs, self.root)
         shares = [names[k::LOAD_THREADS] for k in range(min(LOAD_THREADS, len(names)))]
         read: list[list[Preloaded]] = [[] for _ in shares]
@@ -135,8 +138,36 @@ class StreamManager:
             read_consumers=self.read_consumers,
         )
         ex = ThreadPoolExecutor(max(1, len(shares)), thread_name_prefix="jetlog-load")
+        # Nothing is awaited from here on: once a share is submitted, the caller holds its
+        # futures (a cancellation cannot strand a share's directory locks).
         reading = [ex.submit(read_all, self.root, sh, out) for sh, out in zip(shares, read, strict=True)]
         ex.shutdown(wait=False)
+        return reading, read
+
+    def abandon_read_ahead(self) -> None:
+        """Release whatever a read-ahead that will not be loaded has read or will read (its
+        threads finish their shares first)."""
+        task, self._reading = self._reading, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()  # still listing: nothing submitted yet (see ``_read_all``)
+            return
+        if task.cancelled() or task.exception() is not None:
+            return
+        _release_when_read(*task.result())
+
+    async def load(self) -> None:
+        """Open every stream found on disk. One thread does every stream's disk work in turn
+        (``preload``: metadata, store recovery, consumer state); the loop then builds the
+        streams from what it read, without further hops. ``LOAD_THREADS`` such threads share
+        the streams (their reads and CRCs overlap: 0.41 s to ready against 0.43-0.45 with one,
+        100 streams at rest; the same after a crash, whose record walk holds the GIL)."""
+        self.read_ahead()
+        task = self._reading
+        assert task is not None
+        reading, read = await task
+        self._reading = None
         try:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in reading))
             pre = sorted((p for out in read for p in out), key=lambda p: p.name)
@@ -165,8 +196,7 @@ class StreamManager:
             # Whatever a failure left unopened: directory locks and files read ahead. A thread
             # still reading (the load was cancelled) releases its share when it is done: until
             # then only it touches that share.
-            for f, out in zip(reading, read, strict=True):
-                f.add_done_callback(functools.partial(_discard_all, out))
+            _release_when_read(reading, read)
         if failed is not None:
             raise failed
 
@@ -183,6 +213,7 @@ class StreamManager:
 
     async def close(self) -> None:
         """Unsubscribe and close every stream (flushing their stores)."""
+        self.abandon_read_ahead()
         for name in list(self.streams):
             self._unsubscribe(name)
         streams, self.streams = list(self.streams.values()), {}
@@ -430,9 +461,19 @@ def make_stream_dir(root: str, name: str, meta: bytes, *, fresh: bool, files: bo
     return had
 
 
+_Reading = tuple[list[Future[None]], list[list[Preloaded]]]
+"""A load's reading threads (one future per share) and what each share has read."""
+
+
 def _discard_all(out: list[Preloaded], _done: Future[None]) -> None:
     for p in out:
         p.discard()
+
+
+def _release_when_read(reading: list[Future[None]], read: list[list[Preloaded]]) -> None:
+    """Discard what each share read and nobody took over, once its thread is done."""
+    for f, out in zip(reading, read, strict=True):
+        f.add_done_callback(functools.partial(_discard_all, out))
 
 
 def _list_dirs(root: str) -> list[str]:

@@ -272,3 +272,53 @@ async def test_a_replica_opens_with_compaction_held_until_its_role_sets_a_floor(
         assert not had and replica.store.compact_floor == 0
     finally:
         await m.close()
+
+
+async def test_a_read_ahead_is_what_the_load_takes_over(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = str(tmp_path)
+    await _fill(data, {"A": 2, "B": 5})
+    m = _manager(data, attach=_Attach())
+    m.read_ahead()  # a node starts it before its links connect
+    task = m._reading
+    assert task is not None
+    reading, _ = await task
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in reading))
+    # Read and locked, not loaded yet.
+    assert m.streams == {} and _locked(_log_dir(data, "A")) and _locked(_log_dir(data, "B"))
+    await m.load()
+    try:
+        assert m._reading is None
+        assert {n: s.store.state().messages for n, s in m.streams.items()} == {"A": 2, "B": 5}
+    finally:
+        await m.close()
+    assert not _locked(_log_dir(data, "A")) and not _locked(_log_dir(data, "B"))
+
+
+async def test_a_read_ahead_never_loaded_is_released(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A node whose links fail to connect after the read-ahead began: its start gives up, and
+    # another start (in the same process) must find the stores unlocked.
+    data = str(tmp_path)
+    await _fill(data, {"A": 1, "B": 1})
+    m = _manager(data, attach=_Attach())
+    m.read_ahead()
+    m.abandon_read_ahead()  # before the threads even started: they release when done
+    deadline = time.monotonic() + 10
+    while _locked(_log_dir(data, "A")) or _locked(_log_dir(data, "B")):
+        assert time.monotonic() < deadline, "a store read ahead and abandoned stayed locked"
+        await asyncio.sleep(0.02)
+    m2 = _manager(data, attach=_Attach())
+    m2.read_ahead()
+    task = m2._reading
+    assert task is not None
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in (await task)[0]))
+    await m2.close()  # closed without a load: what was read is released
+    assert m2.streams == {}
+    while _locked(_log_dir(data, "A")) or _locked(_log_dir(data, "B")):
+        assert time.monotonic() < deadline, "a store read ahead and closed stayed locked"
+        await asyncio.sleep(0.02)
+    m3 = _manager(data, attach=_Attach())
+    await m3.load()
+    try:
+        assert {n: s.store.state().messages for n, s in m3.streams.items()} == {"A": 1, "B": 1}
+    finally:
+        await m3.close()
