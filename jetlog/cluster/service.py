@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -71,8 +72,10 @@ class ClusterNode(ClusterViews):
         self.repl_subject = f"$JETLOG.{self.cluster}.R.{self.name}"
         # Replication requests and replies between two nodes travel batched, one message per
         # loop pass (``mux``); the inbox is under ``R.>`` so the deployed permissions that keep
-        # apps off replication cover it (deploy/nats).
-        self.mux = MuxRequester(self.client, f"{self.repl_subject}.MUX")
+        # apps off replication cover it (deploy/nats). Its last token is new at every start:
+        # request ids restart at 1, and a reply a leader sends to this node's previous
+        # incarnation must not answer a request of this one (it could be another stream's).
+        self.mux = MuxRequester(self.client, f"{self.repl_subject}.MUX.{secrets.token_hex(8)}")
         self.mux_replies = MuxReplier(self.client)
         self.liveness = Liveness(
             self.client,

@@ -156,3 +156,33 @@ async def test_a_peer_without_batches_gets_plain_requests(links: tuple[ClientLin
     assert await mux.request(SUBJECT, b"second", 5.0) == b"plain:second"
     assert plain[1] == b"second"
     assert mux.messages_sent == 1
+
+
+async def test_a_reply_to_a_previous_incarnation_answers_nothing_here(
+    links: tuple[ClientLink, ClientLink],
+) -> None:
+    # A restarted node's request ids start again at 1; its inbox has a new last token, so a
+    # leader's late reply to the old inbox cannot answer the new node's request 1 (which could
+    # be another stream's fetch).
+    a, b = links
+    leader = Leader(b, delay=lambda rid: None)  # answers nothing by itself
+    await b.subscribe_raw(SUBJECT, leader.on_message)
+    await b.flush()
+    old = MuxRequester(a, INBOX + ".old")
+    new = MuxRequester(a, INBOX + ".new")
+    await old.start()
+    await new.start()
+    await a.flush()
+    pending = asyncio.ensure_future(new.request(SUBJECT, b"fetch", 0.5))
+    await until_batches(leader, 1)
+    leader.out.reply(INBOX + ".old.r", 1, b"stale reply for the old node")
+    with pytest.raises(TimeoutError):
+        await pending
+    assert leader.batches == [[1]]
+
+
+async def until_batches(leader: Leader, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(leader.batches) < n:
+        assert time.monotonic() < deadline, "the request never reached the leader"
+        await asyncio.sleep(0.01)
