@@ -423,10 +423,18 @@ class ClusterApi:
             a = self.state.streams.get(name)
             if a is None:
                 raise E.STREAM_NOT_FOUND()
-            cand = pick_leader(a, self.alive, exclude=self.node, preferred=_preferred(data))
+            stream = self.streams.get(name)
+            # A follower fetching from us is alive although its heartbeats may not have been
+            # heard yet (right after a start: a stepdown then found "no suitable peers").
+            fetching = getattr(stream.repl if stream is not None else None, "fetched_within", None)
+            within = self.cfg.cluster.node_timeout
+
+            def alive(n: str) -> bool:
+                return self.alive(n) or (fetching is not None and bool(fetching(n, within)))
+
+            cand = pick_leader(a, alive, exclude=self.node, preferred=_preferred(data))
             if not cand:
                 raise E.CLUSTER_NO_PEERS(err="no suitable peers for placement")
-            stream = self.streams.get(name)
             if stream is not None:
                 # Let what is stored commit first, so the new leader has every acked message
                 # and the handover does not cost acks in flight.

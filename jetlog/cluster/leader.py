@@ -425,6 +425,13 @@ class StreamLeader(FetchReplies):
     def committed_wanted(self) -> None:
         """The leader's committed mark is always current (it computes it)."""
 
+    def fetched_within(self, replica: str, seconds: float) -> bool:
+        """``replica`` has fetched from this leadership in the last ``seconds``: it is alive
+        and following here, whatever the heartbeats say yet (a node just started hears its
+        peers' first heartbeats a moment after their first fetches)."""
+        f = self.followers.get(replica)
+        return f is not None and f.ever_fetched and self._clock() - f.last_fetch <= seconds
+
     def handle_fetch(self, req: R.FetchRequest, reply: Callable[[bytes], None]) -> None:
         """Record the follower's position, then answer now or park the request."""
         if req.epoch != self.epoch:

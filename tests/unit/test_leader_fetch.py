@@ -530,3 +530,22 @@ async def test_the_leader_compacts_nothing_a_follower_may_still_fetch(tmp_path: 
         )
     finally:
         await _close(stream, leader)
+
+
+async def test_a_follower_counts_as_alive_while_it_fetches(tmp_path: Path) -> None:
+    # A stepdown right after a start may come before the peers' heartbeats were heard; a
+    # follower fetching from this leadership is alive all the same (``ClusterApi``'s stepdown
+    # asks ``fetched_within`` beside the heartbeats).
+    now = [500.0]
+    stream, leader, a, _b = await _setup(tmp_path, clock=lambda: now[0])
+    try:
+        assert not leader.fetched_within("n2", 1.0), "made at the start of the leadership, not fetched"
+        a.fetch()
+        now[0] += 0.5
+        assert leader.fetched_within("n2", 1.0)
+        assert not leader.fetched_within("n3", 1.0)
+        assert not leader.fetched_within("n4", 1.0)  # not a replica
+        now[0] += 0.6
+        assert not leader.fetched_within("n2", 1.0), "quiet for longer than the window"
+    finally:
+        await _close(stream, leader)
