@@ -1,6 +1,7 @@
 """The done callback that reports a background task's failure where its owner logs (asyncio
 hygiene: an owned task's exception is logged when it ends, not left for the loop's "exception
-was never retrieved" at garbage collection)."""
+was never retrieved" at garbage collection), and the timer callback that times a request's
+future out."""
 
 from __future__ import annotations
 
@@ -19,3 +20,10 @@ def failure_logger(logger: logging.Logger, what: str = "task") -> Callable[[asyn
             logger.error("%s %s failed", what, task.get_name(), exc_info=task.exception())
 
     return log_failure
+
+
+def expire(fut: asyncio.Future[Any]) -> None:
+    """``loop.call_later(timeout, expire, fut)``: fail ``fut`` with ``TimeoutError`` unless it
+    is done by then (a request awaiting its reply)."""
+    if not fut.done():
+        fut.set_exception(TimeoutError())

@@ -102,13 +102,17 @@ async def pub_async(
 ) -> Result:
     """js.publish_async with a bounded window of outstanding PubAcks."""
     await _stream(js, name)
-    ajs = nc.jetstream(publish_async_max_pending=window)
-    payload = b"x" * size
     n = 5000 if quick else (50000 if size <= 1024 else 15000)
-    subj = f"{name.lower()}.a"
+    return await _publish_window(nc, [f"{name.lower()}.a"], n, window, b"x" * size)
+
+
+async def _publish_window(nc: nats.NATS, subjects: list[str], n: int, window: int, payload: bytes) -> Result:
+    """``n`` js.publish_async round-robin over ``subjects``, at most ``window`` PubAcks
+    outstanding; timed until the last PubAck."""
+    ajs = nc.jetstream(publish_async_max_pending=window)
     w = Window()
-    for _ in range(n):
-        await ajs.publish_async(subj, payload)
+    for i in range(n):
+        await ajs.publish_async(subjects[i % len(subjects)], payload)
     await _completed(ajs)
     return w.result(n)
 
@@ -122,15 +126,8 @@ async def pub_async_spread(
     try:
         for s in names:
             await _stream(js, s)
-        ajs = nc.jetstream(publish_async_max_pending=window)
-        payload = b"x" * 128
         subjects = [f"{s.lower()}.a" for s in names]
-        n = 5000 if quick else 50000
-        w = Window()
-        for i in range(n):
-            await ajs.publish_async(subjects[i % streams], payload)
-        await _completed(ajs)
-        return w.result(n)
+        return await _publish_window(nc, subjects, 5000 if quick else 50000, window, b"x" * 128)
     finally:
         for s in names:
             with contextlib.suppress(nats.errors.Error):

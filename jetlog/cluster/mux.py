@@ -31,16 +31,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Protocol
 
 from jetlog.errors import TransportError
+from jetlog.tasklog import expire
+from jetlog.transport.client_raw import RawCallback
 from jetlog.wire import repl_mux as M
 from jetlog.wire.leaf import PayloadTooLargeError
 
 log = logging.getLogger("jetlog.cluster.mux")
 
-RawCallback = Callable[[str, "str | None", bytes, bytes], None]
 BATCHES_KEPT = 4096
 """Batches whose requests may still be failed by a no-responders status (older ones are
 forgotten: their requests time out instead)."""
@@ -59,12 +60,43 @@ class MuxLink(Protocol):
     def request(self, subject: str, payload: bytes, timeout: float) -> Awaitable[bytes]: ...
 
 
-def _expire(fut: asyncio.Future[bytes]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
+class _PerPass:
+    """Items for a subject coalesced per loop pass: the first of a pass for a subject leaves
+    at once, alone; the later ones leave together when the pass ends (``_send_items``).
+
+    LATENCY: held to the end, a lone stream's fetch or reply would wait behind whatever else
+    that pass runs, such as a leader's inline fsync, which its followers' fsyncs overlap only
+    when its fetch replies leave before it (R3 pub-sync p50 +220 µs when every reply waited).
+    Per subject, not per pass: a leader answers both followers of a stream in the same pass,
+    and the slower of them holds its PubAcks."""
+
+    def __init__(self) -> None:
+        self._queued: dict[str, list[M.Item]] = {}
+        self._flush_scheduled = False
+
+    def _add(self, subject: str, item: M.Item) -> None:
+        queued = self._queued.get(subject)
+        if queued is not None:
+            queued.append(item)
+            return
+        self._queued[subject] = []
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._send_items(subject, [item])
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queued, self._queued = self._queued, {}
+        for subject, items in queued.items():
+            if items:
+                self._send_items(subject, items)
+
+    def _send_items(self, subject: str, items: list[M.Item]) -> None:
+        raise NotImplementedError
 
 
-class MuxRequester:
+class MuxRequester(_PerPass):
     """Coalesces the replication requests of one loop pass per destination subject.
 
     ``request(subject, data, timeout)`` has the contract of ``ClientLink.request``: the reply's
@@ -72,14 +104,13 @@ class MuxRequester:
     nobody listens on ``subject``."""
 
     def __init__(self, link: MuxLink, inbox: str) -> None:
+        super().__init__()
         self._link = link
         self._inbox = inbox
         self._ret = inbox + ".r"
         self._sub: asyncio.Future[int] | None = None
         self._next_id = 0
         self._waiting: dict[int, asyncio.Future[bytes]] = {}
-        self._queued: dict[str, list[M.Item]] = {}
-        self._flush_scheduled = False
         self._next_batch = 0
         self._batches: OrderedDict[int, tuple[str, list[int]]] = OrderedDict()
         self._plain: set[str] = set()
@@ -108,37 +139,18 @@ class MuxRequester:
         rid = self._next_id
         fut: asyncio.Future[bytes] = loop.create_future()
         self._waiting[rid] = fut
-        timer = loop.call_later(timeout, _expire, fut)
-        queued = self._queued.get(subject)
-        if queued is not None:
-            queued.append((rid, data))
-        else:
-            # LATENCY: the first request of a pass to a node leaves at once, the later ones at
-            # the pass's end. Held to the end, a lone stream's fetch would wait behind whatever
-            # else that pass runs: a leader's inline fsync, which its followers' fsyncs overlap
-            # only when its fetch replies leave before it (R3 pub-sync p50 +220 µs when every
-            # reply waited).
-            self._queued[subject] = []
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                loop.call_soon(self._flush)
-            self._send_batch(subject, *M.encode_requests(self._ret, [(rid, data)], self._link.max_payload)[0])
+        timer = loop.call_later(timeout, expire, fut)
+        self._add(subject, (rid, data))
         try:
             return await fut
         finally:
             timer.cancel()
             self._waiting.pop(rid, None)
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        queued, self._queued = self._queued, {}
-        limit = self._link.max_payload
-        for subject, items in queued.items():
-            live = [(rid, d) for rid, d in items if rid in self._waiting]  # not cancelled meanwhile
-            if not live:
-                continue
-            for msg, ids in M.encode_requests(self._ret, live, limit):
-                self._send_batch(subject, msg, ids)
+    def _send_items(self, subject: str, items: list[M.Item]) -> None:
+        live = [(rid, d) for rid, d in items if rid in self._waiting]  # not cancelled meanwhile
+        for msg, ids in M.encode_requests(self._ret, live, self._link.max_payload):
+            self._send_batch(subject, msg, ids)
 
     def _send_batch(self, subject: str, msg: bytes, ids: list[int]) -> None:
         self._next_batch += 1
@@ -189,40 +201,21 @@ class MuxRequester:
         self._fail(ids, TransportError(f"request to {dest} failed: batching not supported"))
 
 
-class MuxReplier:
+class MuxReplier(_PerPass):
     """Coalesces the replies of one loop pass per requester (leader side)."""
 
     def __init__(self, link: MuxLink) -> None:
+        super().__init__()
         self._link = link
-        self._queued: dict[str, list[M.Item]] = {}
-        self._flush_scheduled = False
         self.messages_sent = 0
 
     def reply(self, subject: str, rid: int, payload: bytes) -> None:
         """Send ``payload`` as the reply to request ``rid`` of the requester at ``subject``: at
         once if it is the first of this loop pass, else with the others at the pass's end."""
-        queued = self._queued.get(subject)
-        if queued is not None:
-            queued.append((rid, payload))
-            return
-        # LATENCY: see ``MuxRequester.request`` (per requester: a leader answers both of a
-        # stream's followers in the same pass, and the slower of them holds its PubAcks).
-        self._queued[subject] = []
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._send(subject, M.encode_replies([(rid, payload)], self._link.max_payload))
+        self._add(subject, (rid, payload))
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        queued, self._queued = self._queued, {}
-        limit = self._link.max_payload
-        for subject, items in queued.items():
-            if items:
-                self._send(subject, M.encode_replies(items, limit))
-
-    def _send(self, subject: str, msgs: list[bytes]) -> None:
-        for msg in msgs:
+    def _send_items(self, subject: str, items: list[M.Item]) -> None:
+        for msg in M.encode_replies(items, self._link.max_payload):
             try:
                 self._link.send(subject, msg)
             except (TransportError, PayloadTooLargeError) as e:

@@ -120,12 +120,13 @@ class StreamManager:
 
     # ---- startup / shutdown ---------------------------------------------------------------
 
-    def read_ahead(self) -> None:
-        """Start the disk half of :meth:`load` now, in its threads: a node starts it before its
-        links connect (the loop only waits there), and ``load`` takes the results over. What
-        is read and never loaded is released by :meth:`close`."""
+    def read_ahead(self) -> asyncio.Task[_Reading]:
+        """Start the disk half of :meth:`load` now, in its threads (once): a node starts it
+        before its links connect (the loop only waits there), and ``load`` takes the results
+        over. What is read and never loaded is released by :meth:`close`."""
         if self._reading is None:
             self._reading = asyncio.get_running_loop().create_task(self._read_all(), name="jetlog-read-ahead")
+        return self._reading
 
     async def _read_all(self) -> _Reading:
         names = await asyncio.to_thread(_list_dirs, self.root)
@@ -163,10 +164,7 @@ class StreamManager:
         streams from what it read, without further hops. ``LOAD_THREADS`` such threads share
         the streams (their reads and CRCs overlap: 0.41 s to ready against 0.43-0.45 with one,
         100 streams at rest; the same after a crash, whose record walk holds the GIL)."""
-        self.read_ahead()
-        task = self._reading
-        assert task is not None
-        reading, read = await task
+        reading, read = await self.read_ahead()
         self._reading = None
         try:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in reading))

@@ -41,6 +41,7 @@ import nats
 import nats.protocol.parser
 
 from jetlog.errors import TransportError
+from jetlog.tasklog import expire
 from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.client_raw import RawCallback, ServerError, _FastReader, _RawClient
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
@@ -420,7 +421,7 @@ class ClientLink:
         token = str(self._reply_seq)
         fut: asyncio.Future[bytes] = loop.create_future()
         self._replies[token] = fut
-        timer = loop.call_later(timeout, _expire, fut)
+        timer = loop.call_later(timeout, expire, fut)
         try:
             self.send(subject, payload, reply=self._reply_prefix + token)
             return await fut
@@ -521,11 +522,6 @@ class ClientLink:
             log.warning("upstream client link error: %s", e or type(e).__name__)
         else:
             log.debug("upstream client link error: %r", e)
-
-
-def _expire(fut: asyncio.Future[bytes]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
 
 
 def _consume_outcome(task: asyncio.Task[Any]) -> None:

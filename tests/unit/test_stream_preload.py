@@ -278,9 +278,7 @@ async def test_a_read_ahead_is_what_the_load_takes_over(tmp_path) -> None:  # ty
     data = str(tmp_path)
     await _fill(data, {"A": 2, "B": 5})
     m = _manager(data, attach=_Attach())
-    m.read_ahead()  # a node starts it before its links connect
-    task = m._reading
-    assert task is not None
+    task = m.read_ahead()  # a node starts it before its links connect
     reading, _ = await task
     await asyncio.gather(*(asyncio.wrap_future(f) for f in reading))
     # Read and locked, not loaded yet.
@@ -307,9 +305,7 @@ async def test_a_read_ahead_never_loaded_is_released(tmp_path) -> None:  # type:
         assert time.monotonic() < deadline, "a store read ahead and abandoned stayed locked"
         await asyncio.sleep(0.02)
     m2 = _manager(data, attach=_Attach())
-    m2.read_ahead()
-    task = m2._reading
-    assert task is not None
+    task = m2.read_ahead()
     await asyncio.gather(*(asyncio.wrap_future(f) for f in (await task)[0]))
     await m2.close()  # closed without a load: what was read is released
     assert m2.streams == {}
