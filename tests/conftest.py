@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,8 +15,21 @@ from jetlog.embedded import NatsServer, find_nats_server
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Fail loudly (not skip) when the binary is missing: every integration test needs it.
     find_nats_server()
+    # Everything the run writes to the temp directory (pytest's tmp_path, nats-server configs,
+    # killed `jetlog dev` processes' leftovers, Spark's local dirs and native libraries) goes to
+    # one directory of its own, removed when the run passes and kept to look at when it fails.
+    session.config.stash[_SESSION_TMP] = tmp = tempfile.mkdtemp(prefix="jetlog-test-")
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    tmp = session.config.stash.get(_SESSION_TMP, None)
+    if tmp is not None and exitstatus == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_SESSION_TMP = pytest.StashKey[str]()
 _LAST_POOL_USER = pytest.StashKey[bool]()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -50,6 +51,10 @@ def make_spark(app: str) -> SparkSession:
         .config("spark.default.parallelism", "2")
         .config("spark.python.unix.domain.socket.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # The JVM ignores TMPDIR: its scratch files and unpacked native libraries follow the
+        # test run's temp directory this way (tests/conftest.py removes it after the run).
+        .config("spark.local.dir", tempfile.gettempdir())
+        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={tempfile.gettempdir()}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
