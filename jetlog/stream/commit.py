@@ -25,6 +25,12 @@ from jetlog.stream.seams import STANDALONE, CommitListener, Outbound, Replicatio
 log = logging.getLogger("jetlog.stream")
 
 
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """Mark a flush nobody waits for any more as seen (its error is logged by the store)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class StreamCommit(StreamLimits):
     """The committed mark and the acks queued until it covers them (the state used is set by
     ``Stream.__init__``)."""
@@ -82,7 +88,14 @@ class StreamCommit(StreamLimits):
         if self._committed >= target:
             return
         if self.repl is None:
-            await self.store.flush()
+            # Bounded like the replicated case: a disk that stops answering must not take
+            # STREAM.INFO or Direct Get down with it (each waiting request would hold a task
+            # for ever); past the bound the caller answers from the committed state. The
+            # flush itself goes on, and its failure is the store's to report.
+            flush = asyncio.ensure_future(self.store.flush())
+            flush.add_done_callback(_retrieve)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(flush), timeout)
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()

@@ -120,3 +120,32 @@ async def test_replica_without_role_never_commits_on_its_own_durability(tmp_path
             gs.complete()
         if not stream.closed:
             await stream.close()
+
+
+async def test_a_read_waits_for_a_stalled_disk_only_so_long(tmp_path: Path) -> None:
+    """A standalone stream whose fsync never returns: ``wait_committed`` (what STREAM.INFO and
+    Direct Get wait on) gives up after its bound and leaves the committed mark where it is;
+    the commit lands once the disk answers."""
+    gs = GatedSync()
+    store = await FileStore.open(str(tmp_path), syncer=gs, auto_compact=False)
+    out = Out()
+    stream = Stream(_config(), store, 0, out)
+    await stream.start()  # standalone (a single node)
+    try:
+        stream.process("s.x", "_INBOX.a", b"", b"one")
+        await _held(gs)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await stream.wait_committed(timeout=0.2)
+        waited = loop.time() - t0
+        assert 0.15 <= waited < 2.0
+        assert stream.committed_seq == 0 and out.sent == []
+        gs.complete()
+        await stream.store.flush()
+        assert stream.committed_seq == 1
+        assert [s for s, _ in out.sent] == ["_INBOX.a"]
+    finally:
+        gs.hold = False
+        while gs.held:
+            gs.complete()
+        await stream.close()
