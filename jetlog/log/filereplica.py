@@ -368,7 +368,11 @@ def append_batches(st: ReplicaHost, data: bytes | bytearray | memoryview) -> Pos
                 seg.ttl[q] = e
 
     apply_reply(ix, r, add, segs)
-    st._mutated()
+    if any(p.ops for p in r.batches):
+        # Removals (limits, deletes, expiry from the leader) can empty index blocks and make
+        # retention or compaction worthwhile. Plain appends cannot: no prune, no maintenance
+        # pass per follower job (a floor that rises is the store's own poke).
+        st._mutated()
     if st._fl.idle:
         st._fl.kick()
     return st._end

@@ -105,7 +105,7 @@ class FileStore(IndexedStore):
         self._auto = (auto_compact, compact_threshold)
         # never below an epoch this store already knows (a leader must not reuse one)
         self.epoch = max(rec.epoch, epochs[-1][0] if epochs else 0)
-        self.compact_floor = NO_FLOOR
+        self._compact_floor = NO_FLOOR
         self._max_body = _SPLIT  # ``max_batch_bytes`` minus the header
         self._exec = ThreadPoolExecutor(1, thread_name_prefix="jetlog-store")
         # "helper" was resolved by ``open``; "thread" syncs in this store's thread
@@ -312,6 +312,21 @@ class FileStore(IndexedStore):
     def _mutated(self) -> None:
         self._ix.prune()
         self._maint.poke()
+
+    @property
+    def compact_floor(self) -> int:
+        """Compaction leaves segments whose last sequence is at or above this alone (positions a
+        follower may still fetch; ``NO_FLOOR``: no limit). Set by replication."""
+        return self._compact_floor
+
+    @compact_floor.setter
+    def compact_floor(self, floor: int) -> None:
+        old, self._compact_floor = self._compact_floor, floor
+        # Nothing else wakes maintenance for this (a follower's appends do not): poke when the
+        # floor passes the segment the last pass stopped at (once per segment, not on every
+        # fetch that moves the floor a few sequences), and at the first floor set (no pass yet).
+        if floor != old and floor > self._maint.floor_blocked:
+            self._maint.poke()
 
     def _removed(self, blk: Block) -> None:
         # A message removed from the writer segment (a KV update replacing a recent value,

@@ -31,6 +31,7 @@ from jetlog.log.segblocks import (
     segment_live_seqs,
 )
 from jetlog.log.segment import seg_table
+from jetlog.log.store import NO_FLOOR
 
 if TYPE_CHECKING:
     from jetlog.log.compaction import Rewritten
@@ -84,6 +85,10 @@ class Maintenance:
                 self._run(), name=f"jetlog-maint:{store.path}"
             )
         self.passes = 0
+        # The last sequence of the segment where the last pass's pick stopped at the store's
+        # ``compact_floor`` (NO_FLOOR: it did not; -1: no pass yet): a floor rising past it is
+        # worth a pass.
+        self.floor_blocked = -1
         self.rewritten = 0
         self.deleted = 0
         self._cond = asyncio.Condition()
@@ -181,10 +186,12 @@ class Maintenance:
         best: Segment | None = None
         best_f = self._threshold
         floor = st.compact_floor
+        self.floor_blocked = NO_FLOOR
         for seg in st._segs[:-1]:
             if not (seg.sealed and seg.idx_ok) or seg.compacting or seg.broken or seg is st._wseg:
                 continue
             if seg.last_seq >= floor:
+                self.floor_blocked = seg.last_seq
                 break  # and so is every later segment
             if not seg.nrecords:
                 continue

@@ -66,8 +66,6 @@ from jetlog.log import syncworker as wire
 from jetlog.log.helperproc import HelperProcess
 from jetlog.log.syncledger import LEDGER
 from jetlog.log.syncpolicy import (
-    INLINE_BACKOFF,
-    INLINE_BACKOFF_MAX,
     INLINE_BULK_SLOW,
     INLINE_SLOW,
     SYNCFS_MIN,
@@ -132,8 +130,9 @@ class Syncer:
             "syncfs": 0,  # shared syncs sent (one syncfs each)
             "shared": 0,  # requests answered by one
         }
-        self._inline_off_until = 0.0  # monotonic time; math.inf once a fault was injected
-        self._inline_backoff = INLINE_BACKOFF
+        # Any sync on the loop, judged on its own (``off_until`` is inf once a fault was
+        # injected); bulk ones also by their average.
+        self.inline = SlowGuard("fdatasyncs on the loop", INLINE_SLOW, alpha=1.0)
         self.bulk = SlowGuard("bulk fdatasyncs on the loop", INLINE_BULK_SLOW)
         self.shared = SlowGuard("shared syncs (syncfs)", SYNCFS_SLOW)
         self.use_syncfs = syncfs_reports_errors()
@@ -214,7 +213,7 @@ class Syncer:
             # runs them side by side.
             return False
         t0 = time.monotonic()
-        if t0 < self._inline_off_until or (bulk and not self.bulk.allowed(t0)):
+        if not self.inline.allowed(t0) or (bulk and not self.bulk.allowed(t0)):
             return False
         h = self._handles[handle]
         size = LEDGER.size_of(h.path, h.fd) if h.path is not None and LEDGER is not None else 0
@@ -233,16 +232,7 @@ class Syncer:
         if bulk:
             self.stats["inline_bulk"] += 1
             self.bulk.observe(t0, dt)
-        if dt > INLINE_SLOW:
-            self._inline_off_until = t0 + dt + self._inline_backoff
-            log.info(
-                "fdatasync took %.1f ms on the loop; syncing in the helper for %.0f s",
-                dt * 1e3,
-                self._inline_backoff,
-            )
-            self._inline_backoff = min(self._inline_backoff * 2, INLINE_BACKOFF_MAX)
-        else:
-            self._inline_backoff = INLINE_BACKOFF
+        self.inline.observe(t0, dt)
         if h.path is not None and LEDGER is not None:
             LEDGER.note("S", size, h.path)  # before anything it covers is acked
         return True
@@ -254,7 +244,7 @@ class Syncer:
         """Test seam: the next ``count`` sync rounds fail with ``err`` without touching the disk
         (in the helper when one runs, so the errno travels the real reply path)."""
         # Injected faults travel the helper's reply path: no more inline syncs (test seam).
-        self._inline_off_until = math.inf
+        self.inline.off_until = math.inf
         if self._helper is not None:
             self._helper.send(wire.REQ.pack(wire.OP_INJECT, 0, count << 32 | err))
         else:

@@ -29,7 +29,7 @@ log = logging.getLogger("jetlog.log.syncer")
 INLINE_SLOW = 0.01
 """Seconds: an inline sync slower than this (a stalling disk, not an ordinary spike) turns
 inline syncs off for ``INLINE_BACKOFF``, doubled after each further slow one (at most
-``INLINE_BACKOFF_MAX``); a fast one resets it."""
+``INLINE_BACKOFF_MAX``); one under half of it resets that (a ``SlowGuard`` of one sample)."""
 INLINE_BACKOFF = 5.0
 INLINE_BACKOFF_MAX = 300.0
 
@@ -60,11 +60,12 @@ class SlowGuard:
     backoff. After a trip the average starts afresh, so the next period measures the disk as it
     is then."""
 
-    __slots__ = ("avg", "backoff", "name", "off_until", "slow")
+    __slots__ = ("alpha", "avg", "backoff", "name", "off_until", "slow")
 
-    def __init__(self, name: str, slow: float) -> None:
+    def __init__(self, name: str, slow: float, alpha: float = SLOW_ALPHA) -> None:
         self.name = name
         self.slow = slow
+        self.alpha = alpha  # 1.0: no average, every sample decides on its own
         self.avg = 0.0
         self.off_until = 0.0  # monotonic seconds
         self.backoff = INLINE_BACKOFF
@@ -75,7 +76,7 @@ class SlowGuard:
 
     def observe(self, t0: float, dt: float) -> bool:
         """Account one sample that started at ``t0`` and took ``dt`` seconds; True if it tripped."""
-        avg = self.avg = self.avg + (dt - self.avg) * SLOW_ALPHA
+        avg = self.avg = self.avg + (dt - self.avg) * self.alpha
         if avg > self.slow:
             self.off_until = t0 + dt + self.backoff
             log.info(

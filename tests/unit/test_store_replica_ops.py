@@ -4,6 +4,7 @@ batch headers, KIP-279 truncation cases), ``reset`` and ``compact_floor``."""
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import random
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jetlog.log import EpochError, FileStore, MemStore, OutOfRangeError, PositionError
+from jetlog.log import NO_FLOOR, EpochError, FileStore, MemStore, OutOfRangeError, PositionError
 from tests.unit.replica_util import batch_list, replicate, snapshot, start_of
 from tests.unit.test_store_pipeline import GatedSync
 
@@ -366,3 +367,63 @@ async def test_reopened_and_reset_follower_catches_up(tmp_path: Path, kind: str)
     assert snapshot(fl) == snapshot(ld) and batch_list(fl) == batch_list(ld)
     await ld.close()
     await fl.close()
+
+
+async def test_a_rising_floor_wakes_compaction_and_plain_appends_do_not(tmp_path: Path) -> None:
+    """Maintenance runs in the background here (auto): nothing calls ``compact``. A follower's
+    appends without removals start no pass; the floor passing the segment the last pass stopped
+    at starts one, and so does an append carrying removals."""
+    ld = await _store("file", tmp_path / "L")
+    fl = await _store("file", tmp_path / "F", auto_compact=True)
+    m = fl.maintenance
+    try:
+        # The first floor starts a pass (none has run yet), which stops at once.
+        fl.compact_floor = 0
+        await asyncio.wait_for(m.wait_until(lambda mm: mm.passes > 0), 5)
+        assert m.floor_blocked == NO_FLOOR and not m.rewritten  # no sealed segment yet
+        for i in range(400):
+            ld.append("a.b", b"", b"c" * 90, i)
+        for s in range(1, 400):
+            if s % 10:
+                ld.remove(s)  # 90 % dead everywhere
+        ld.seal()
+        await replicate(ld, fl)  # the removals start passes: the floor holds them back
+        await fl.flush()
+        await m.indexes_written()
+        await asyncio.wait_for(m.wait_until(lambda mm: mm.floor_blocked == fl.segments[0].last_seq), 5)
+        assert not m.rewritten
+        segs = fl.segments
+        assert len(segs) > 6
+        fl.compact_floor = segs[3].last_seq
+        # (segments 0-2 are below it, each 90 % dead)
+        await asyncio.wait_for(m.wait_until(lambda mm: mm.rewritten == 3), 5)
+        assert m.floor_blocked == segs[3].last_seq
+        assert m.rewritten and all(s.last_seq < segs[3].last_seq for s in fl.segments if s.rewritten)
+        passes, done = m.passes, m.rewritten
+        # Plain appends (a few, small: no roll, whose index file would start a pass): no pass.
+        nsegs = len(fl.segments)
+        for i in range(3):
+            ld.append("a.c", b"", b"d", i)
+            ld.seal()
+            await replicate(ld, fl)
+        await fl.flush()
+        await asyncio.sleep(0.05)
+        assert len(fl.segments) == nsegs
+        assert m.passes == passes
+        # A floor move short of the blocked segment: no pass; past it: one, which compacts.
+        fl.compact_floor = segs[3].last_seq - 1
+        fl.compact_floor = segs[3].last_seq
+        await asyncio.sleep(0.05)
+        assert m.passes == passes
+        fl.compact_floor = fl.segments[-1].last_seq
+        await asyncio.wait_for(m.wait_until(lambda mm: mm.rewritten > done), 5)
+        # An append carrying removals: a pass.
+        passes = m.passes
+        ld.remove(ld.last_seq)
+        ld.seal()
+        await replicate(ld, fl)
+        await asyncio.wait_for(m.wait_until(lambda mm: mm.passes > passes), 5)
+        assert snapshot(fl) == snapshot(ld)
+    finally:
+        await ld.close()
+        await fl.close()

@@ -20,7 +20,7 @@ import pytest
 
 import jetlog.log.pipeline as pipeline_mod
 import jetlog.log.syncer as syncer_mod
-from jetlog.log import FileStore
+from jetlog.log import FileStore, syncpolicy
 from jetlog.log.syncer import Syncer, acquire_syncer
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -519,7 +519,7 @@ async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
         # One spike among fast syncs: still on the loop.
         for dt in (0.0002, 0.0002, 4 * slow, 0.0002):
             s.bulk.observe(t, dt)
-        assert s.bulk.off_until == 0.0 and s.bulk.backoff == syncer_mod.INLINE_BACKOFF
+        assert s.bulk.off_until == 0.0 and s.bulk.backoff == syncpolicy.INLINE_BACKOFF
         # Slow throughout: off within a few syncs, for INLINE_BACKOFF.
         trips = 0
         for _ in range(8):
@@ -528,8 +528,8 @@ async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
                 trips += 1
                 break
         assert trips == 1 and s.bulk.avg == 0.0
-        assert t + syncer_mod.INLINE_BACKOFF <= s.bulk.off_until <= t + syncer_mod.INLINE_BACKOFF + 1
-        assert s.bulk.backoff == 2 * syncer_mod.INLINE_BACKOFF
+        assert t + syncpolicy.INLINE_BACKOFF <= s.bulk.off_until <= t + syncpolicy.INLINE_BACKOFF + 1
+        assert s.bulk.backoff == 2 * syncpolicy.INLINE_BACKOFF
         inline, bulk = s.stats["inline"], s.stats["inline_bulk"]
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)  # bulk: the helper
         assert s.stats["inline"] == inline and s.stats["inline_bulk"] == bulk
@@ -541,10 +541,10 @@ async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
             s.bulk.observe(t, 2.5 * slow)
             if s.bulk.off_until > t:
                 break
-        assert s.bulk.backoff == 4 * syncer_mod.INLINE_BACKOFF
+        assert s.bulk.backoff == 4 * syncpolicy.INLINE_BACKOFF
         s.bulk.off_until = 0.0
         s.bulk.observe(t, 0.0002)
-        assert s.bulk.backoff == syncer_mod.INLINE_BACKOFF
+        assert s.bulk.backoff == syncpolicy.INLINE_BACKOFF
         bulk = s.stats["inline_bulk"]
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
         assert s.stats["inline_bulk"] == bulk + 1  # on the loop again
@@ -605,10 +605,10 @@ async def test_a_slow_inline_sync_sends_later_ones_to_the_helper(
         for _ in range(4):
             await _commit_one(store, 100)
         assert s.stats["inline"] == 1  # the first; the helper for INLINE_BACKOFF after it
-        assert s._inline_backoff == 2 * syncer_mod.INLINE_BACKOFF  # and longer after the next
-        monkeypatch.setattr(s, "_inline_off_until", 0.0)  # the backoff is over
+        assert s.inline.backoff == 2 * syncpolicy.INLINE_BACKOFF  # and longer after the next
+        monkeypatch.setattr(s.inline, "off_until", 0.0)  # the backoff is over
         await _commit_one(store, 100)
-        assert s.stats["inline"] == 2 and s._inline_backoff == 4 * syncer_mod.INLINE_BACKOFF
+        assert s.stats["inline"] == 2 and s.inline.backoff == 4 * syncpolicy.INLINE_BACKOFF
     finally:
         await store.close()
 
