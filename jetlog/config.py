@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from typing import Any, Literal
 
 import msgspec
@@ -263,6 +262,8 @@ def load_config(path: str | None = None, overrides: dict[str, Any] | None = None
     """Load the TOML file (if any), apply ``overrides`` (dotted keys), validate."""
     raw: dict[str, Any] = {}
     if path:
+        import tomllib  # only with a file: ~5 ms of every start otherwise (docs/internals.md)
+
         try:
             with open(path, "rb") as f:
                 raw = tomllib.load(f)

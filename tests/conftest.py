@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,16 +18,38 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     find_nats_server()
     # Everything the run writes to the temp directory (pytest's tmp_path, nats-server configs,
     # killed `jetlog dev` processes' leftovers, Spark's local dirs and native libraries) goes to
-    # one directory of its own, removed when the run passes and kept to look at when it fails.
-    session.config.stash[_SESSION_TMP] = tmp = tempfile.mkdtemp(prefix="jetlog-test-")
+    # one directory of its own, removed when the run passes and kept to look at when it fails
+    # (for a day: the next run removes older ones).
+    base = tempfile.gettempdir()
+    _remove_old_runs(base)
+    session.config.stash[_SESSION_TMP] = tmp = tempfile.mkdtemp(prefix=_RUN_PREFIX, dir=base)
     os.environ["TMPDIR"] = tmp
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     tmp = session.config.stash.get(_SESSION_TMP, None)
-    if tmp is not None and exitstatus == 0:
+    if tmp is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+_RUN_PREFIX = "jetlog-test-"
+_KEEP_FAILED_RUN_S = 24 * 3600
+
+
+def _remove_old_runs(base: str) -> None:
+    """Remove the temp directories of runs that failed more than a day ago (a run still going
+    keeps writing to its own, so a day-old one is not in use)."""
+    now = time.time()
+    with os.scandir(base) as it:
+        for e in it:
+            if e.name.startswith(_RUN_PREFIX) and e.is_dir(follow_symlinks=False):
+                try:
+                    old = now - e.stat(follow_symlinks=False).st_mtime > _KEEP_FAILED_RUN_S
+                except OSError:
+                    continue
+                if old:
+                    shutil.rmtree(e.path, ignore_errors=True)
 
 
 _SESSION_TMP = pytest.StashKey[str]()
