@@ -27,3 +27,10 @@ def expire(fut: asyncio.Future[Any]) -> None:
     is done by then (a request awaiting its reply)."""
     if not fut.done():
         fut.set_exception(TimeoutError())
+
+
+def retrieve(fut: asyncio.Future[Any]) -> None:
+    """Done callback of a future nobody awaits any more: mark its outcome as seen, so that a
+    failure reported elsewhere is not logged again as "exception was never retrieved"."""
+    if not fut.cancelled():
+        fut.exception()

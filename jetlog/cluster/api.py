@@ -426,11 +426,12 @@ class ClusterApi:
             stream = self.streams.get(name)
             # A follower fetching from us is alive although its heartbeats may not have been
             # heard yet (right after a start: a stepdown then found "no suitable peers").
-            fetching = getattr(stream.repl if stream is not None else None, "fetched_within", None)
+            role = self.reconciler.role_of(name)
+            leader = role.obj if role is not None and role.kind == "leader" else None
             within = self.cfg.cluster.node_timeout
 
             def alive(n: str) -> bool:
-                return self.alive(n) or (fetching is not None and bool(fetching(n, within)))
+                return self.alive(n) or (leader is not None and leader.fetched_within(n, within))
 
             cand = pick_leader(a, alive, exclude=self.node, preferred=_preferred(data))
             if not cand:

@@ -367,8 +367,7 @@ def append_batches(st: ReplicaHost, data: bytes | bytearray | memoryview) -> Pos
             if seqs[i0] <= q <= seqs[i1 - 1]:
                 seg.ttl[q] = e
 
-    apply_reply(ix, r, add, segs)
-    if any(p.ops for p in r.batches):
+    if apply_reply(ix, r, add, segs):
         # Removals (limits, deletes, expiry from the leader) can empty index blocks and make
         # retention or compaction worthwhile. Plain appends cannot: no prune, no maintenance
         # pass per follower job (a floor that rises is the store's own poke).

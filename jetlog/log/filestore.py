@@ -321,12 +321,9 @@ class FileStore(IndexedStore):
 
     @compact_floor.setter
     def compact_floor(self, floor: int) -> None:
-        old, self._compact_floor = self._compact_floor, floor
-        # Nothing else wakes maintenance for this (a follower's appends do not): poke when the
-        # floor passes the segment the last pass stopped at (once per segment, not on every
-        # fetch that moves the floor a few sequences), and at the first floor set (no pass yet).
-        if floor != old and floor > self._maint.floor_blocked:
-            self._maint.poke()
+        if floor != self._compact_floor:
+            self._compact_floor = floor
+            self._maint.floor_moved(floor)
 
     def _removed(self, blk: Block) -> None:
         # A message removed from the writer segment (a KV update replacing a recent value,

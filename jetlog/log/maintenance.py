@@ -109,6 +109,14 @@ class Maintenance:
         if self._task is not None:
             self._event.set()
 
+    def floor_moved(self, floor: int) -> None:
+        """The store's ``compact_floor`` is now ``floor``. Nothing else wakes maintenance for
+        this (a follower's plain appends do not): a pass when the floor passes the segment the
+        last pass stopped at (once per segment, not on every fetch that moves the floor a few
+        sequences), and at the first floor set (no pass yet)."""
+        if floor > self.floor_blocked:
+            self.poke()
+
     async def _run(self) -> None:
         while True:
             await self._event.wait()

@@ -139,11 +139,12 @@ def apply_reply(
     r: Reply,
     add: Callable[[Any, int, int, array[int]], None],
     segs: list[Any] | None = None,
-) -> None:
+) -> bool:
     """Apply a verified reply to an index: every record (``add(seg, i0, i1, sids)`` for each run
     of records going to one segment, ``segs[n]`` being batch ``n``'s), then every op, in log
     order. Records first is what recovery does, and equivalent: an op only targets sequences
-    up to its batch's ``last_seq``, below every later record."""
+    up to its batch's ``last_seq``, below every later record. Returns whether any batch
+    carried ops (removals)."""
     sidof = subject_ids(ix, r.names)
     sids = array("I", [sidof[k] for k in r.keys])
     last = r.batches[-1].h
@@ -165,11 +166,14 @@ def apply_reply(
                 add(cur, i0, n, sids)
         for s, e in r.ttl:
             ix.ttl[s] = e
+    removed = False
     for p in r.batches:
         if p.ops:
             apply_ops(ix, p.ops)
+            removed = True
     if not ix.msgs:
         ix.first = ix.last_seq + 1
+    return removed
 
 
 def index_extend(

@@ -21,14 +21,9 @@ from collections import deque
 from jetlog.errors import JetlogError
 from jetlog.stream.limits import StreamLimits
 from jetlog.stream.seams import STANDALONE, CommitListener, Outbound, Replication
+from jetlog.tasklog import retrieve
 
 log = logging.getLogger("jetlog.stream")
-
-
-def _retrieve(fut: asyncio.Future[None]) -> None:
-    """Mark a flush nobody waits for any more as seen (its error is logged by the store)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class StreamCommit(StreamLimits):
@@ -93,7 +88,7 @@ class StreamCommit(StreamLimits):
             # for ever); past the bound the caller answers from the committed state. The
             # flush itself goes on, and its failure is the store's to report.
             flush = asyncio.ensure_future(self.store.flush())
-            flush.add_done_callback(_retrieve)
+            flush.add_done_callback(retrieve)  # its error is the store's to log
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(flush), timeout)
             return

@@ -41,7 +41,7 @@ import nats
 import nats.protocol.parser
 
 from jetlog.errors import TransportError
-from jetlog.tasklog import expire
+from jetlog.tasklog import expire, retrieve
 from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.client_raw import RawCallback, ServerError, _FastReader, _RawClient
 from jetlog.wire.leaf import LeafFrameError, PayloadTooLargeError
@@ -363,7 +363,7 @@ class ClientLink:
         for name in ("_reading_task", "_flusher_task", "_ping_interval_task"):
             t = getattr(nc, name, None)
             if isinstance(t, asyncio.Task):
-                t.add_done_callback(_consume_outcome)
+                t.add_done_callback(retrieve)
         # A client that never connected (refused credentials) has nothing to close, and
         # nats-py asserts on it: stopping a node whose start failed must not raise.
         if not nc.is_closed and getattr(nc, "_transport", None) is not None:
@@ -522,9 +522,3 @@ class ClientLink:
             log.warning("upstream client link error: %s", e or type(e).__name__)
         else:
             log.debug("upstream client link error: %r", e)
-
-
-def _consume_outcome(task: asyncio.Task[Any]) -> None:
-    """Retrieve a finished nats-py task's exception (see ``ClientLink._discard``)."""
-    if not task.cancelled():
-        task.exception()
