@@ -180,7 +180,7 @@ def _fetch_raw(
 ) -> Frame:
     """The JLR1 answer: runs of stored records (see :mod:`jetlog.log.rawread`)."""
     if isinstance(store, FileStore):
-        got = read_runs(store, start, stop, budget, limit)
+        got = read_runs(store, start, stop, budget, limit, check_cuts=True)
     else:
         got = runs_from_messages(store.iter_range(start, stop - 1), start, stop, budget, limit)
     if got.too_big:

@@ -7,9 +7,9 @@ checked and columnized, in the executor, in parallel with the other tasks:
 2. the records' frame offsets come from the shipped positions (one numpy expression per frame);
 3. their fixed 32-byte heads are copied out (Arrow ``take``) into a structured array (seq, ts,
    lengths, flags);
-4. every record is bounds-checked against its run; a run that is a whole stored batch is
-   checked against the batch's stored CRC32C in one call, any other record against its own
-   (the one per-record Python step);
+4. every record is bounds-checked against its run; a run that is a whole stored batch, or
+   that the node checked against its batch's stored CRC32C (the runs a range end cut), is
+   checked in one call, any other record against its own (the one per-record Python step);
 5. the subject and data bytes are copied into contiguous Arrow value buffers, again by ``take``
    (:func:`_take_ranges`): one memcpy per field instead of an index per byte.
 
@@ -124,12 +124,13 @@ def raw_frame_to_batch(
         raise RawDecodeError("sequences are not increasing")
     mv = memoryview(frame).cast("B")
     if verify:
-        # Whole stored batches: one CRC call per run against the batch's stored body CRC.
+        # Whole stored batches, and runs the node checked against their batch's stored CRC
+        # (the ones a range end cut): one CRC call per run.
         whole = np.fromiter(
-            (bool(r.flags & rf.RUN_WHOLE_BATCH) for r in lay.runs), dtype=bool, count=len(lay.runs)
+            (bool(r.flags & rf.RUN_ONE_CRC) for r in lay.runs), dtype=bool, count=len(lay.runs)
         )
         for r in lay.runs:
-            if r.flags & rf.RUN_WHOLE_BATCH:
+            if r.flags & rf.RUN_ONE_CRC:
                 a = lay.data_start + r.data_off
                 if crc32c(mv[a : a + r.data_len]) != r.crc:
                     raise RawDecodeError(f"batch crc mismatch in the run at frame offset {a}")

@@ -24,7 +24,13 @@ Run flag :data:`RUN_WHOLE_BATCH`: the run is the complete body of one stored bat
 is that batch's stored body CRC32C — the reader checks the run with one CRC call instead of one
 per record (the common case: a run is cut short only by deletions, the committed mark, the
 reader's own range ends or the byte budget; the node joins the pieces an index block boundary
-cuts a batch into). Without the flag ``crc`` is 0 and every record's own CRC is checked.
+cuts a batch into).
+
+Run flag :data:`RUN_CHECKED`: the run is part of one stored batch, the node checked that whole
+batch against its stored body CRC, and ``crc`` is the CRC32C of the run's bytes as sent; the
+reader checks it with one call too. The node sets it on the runs the reader's own range cut
+(the first and last of a frame). Without either flag ``crc`` is 0 and every record's own CRC
+is checked (a reader that knows neither flag checks every record, which stays correct).
 
 Sans-I/O: pure functions; :func:`layout` validates everything a vectorized decoder relies on
 except the records' own contents (their CRCs and field lengths), which :func:`decode` checks.
@@ -47,6 +53,9 @@ HEADER_SIZE = _HEAD.size  # 16
 RUN = struct.Struct("<IIIIII")
 RUN_SIZE = RUN.size  # 24
 RUN_WHOLE_BATCH = 0x1
+RUN_CHECKED = 0x2
+RUN_ONE_CRC = RUN_WHOLE_BATCH | RUN_CHECKED
+"""Flags under which ``crc`` covers the whole run (one CRC call checks it)."""
 POS_SIZE = 4
 RUN_OVERHEAD = RUN_SIZE
 ROW_OVERHEAD = POS_SIZE
@@ -171,7 +180,8 @@ def decode(buf: bytes | memoryview) -> list[rc.Record]:
     ends: list[int] = []
     for r in lay.runs:
         start = lay.data_start + r.data_off
-        if r.flags & RUN_WHOLE_BATCH and crc32c(mv[start : start + r.data_len]) != r.crc:
+        one = bool(r.flags & RUN_ONE_CRC)
+        if one and crc32c(mv[start : start + r.data_len]) != r.crc:
             raise RawFrameError(f"batch crc mismatch in the run at {start}")
         ends.extend([start + r.data_len] * r.nrec)
     for off, end in zip(offs, ends, strict=True):

@@ -22,6 +22,7 @@ from jetlog.log.memstore import MemStore
 from jetlog.wire import headers as H
 from jetlog.wire import rawframe as rf
 from jetlog.wire import records as rc
+from jetlog.wire.crc import crc32c
 from tests.unit.test_store_iter_range import _fill
 
 MAX_PAYLOAD = 1 << 20
@@ -145,18 +146,21 @@ async def test_record_larger_than_budget_is_413(tmp_path: Any) -> None:
         await st_.close()
 
 
+def _overwrite(directory: str, find: bytes, put: bytes) -> None:
+    """Damage the first segment file of a closed store in place: ``find`` → ``put``."""
+    seg = sorted(f for f in os.listdir(directory) if f.endswith(".log"))[0]
+    with open(os.path.join(directory, seg), "r+b") as f:
+        f.seek(f.read().index(find))
+        f.write(put)
+
+
 async def test_damaged_record_is_caught_by_the_reader(tmp_path: Any) -> None:
     st_ = await FileStore.open(str(tmp_path))
     for i in range(20):
         st_.append("x", b"", b"payload-%d" % i, 1_000 + i)
     await st_.flush()
     await st_.close()
-    seg = sorted(f for f in os.listdir(tmp_path) if f.endswith(".log"))[0]
-    path = os.path.join(tmp_path, seg)
-    with open(path, "r+b") as f:
-        data = f.read()
-        f.seek(data.index(b"payload-13"))
-        f.write(b"PAYLOAD")
+    _overwrite(str(tmp_path), b"payload-13", b"PAYLOAD")
     st_ = await FileStore.open(str(tmp_path), verify=False)
     try:
         _hdr, payload = F.fetch("S", st_, 20, F.FetchRequest(format="jlr1"), MAX_PAYLOAD)
@@ -264,7 +268,7 @@ async def _twelve_batches(st_: FileStore) -> None:
 async def test_frames_end_at_batch_boundaries(tmp_path: Any) -> None:
     """A budget that would cut a batch in two ends the frame before that batch once the frame
     is half full, so consecutive reads carry whole batches (one CRC call each in the reader);
-    a batch larger than a whole frame is still cut (the reader then checks its records)."""
+    a batch larger than a whole frame is still cut (checked by the node, see below)."""
     st_ = await FileStore.open(str(tmp_path))
     try:
         await _twelve_batches(st_)
@@ -279,12 +283,12 @@ async def test_frames_end_at_batch_boundaries(tmp_path: Any) -> None:
             seq = int(dict(H.parse(hdr)[2])["Jl-Next-Seq"])
         assert all(r.nrec == 40 and r.flags & rf.RUN_WHOLE_BATCH for lay in frames for r in lay.runs)
         assert sum(lay.n for lay in frames) == 480 and len(frames) == 4
-        # One batch bigger than the budget: cut, records checked one by one.
+        # One batch bigger than the budget: cut; the node checked the batch it was cut from.
         _hdr, payload = F.fetch(
             "S", st_, 480, F.FetchRequest(start=1, max_bytes=2_000, format="jlr1"), MAX_PAYLOAD
         )
         lay = rf.layout(payload)
-        assert len(lay.runs) == 1 and 0 < lay.n < 40 and not lay.runs[0].flags
+        assert len(lay.runs) == 1 and 0 < lay.n < 40 and lay.runs[0].flags == rf.RUN_CHECKED
     finally:
         await st_.close()
 
@@ -326,5 +330,64 @@ async def test_a_batch_split_by_index_blocks_travels_as_one_whole_run(
         bad[lay.data_start + lay.runs[0].data_len - 3] ^= 0x01
         with pytest.raises(rf.RawFrameError, match="crc"):
             rf.decode(bytes(bad))
+    finally:
+        await st_.close()
+
+
+def _runs_of(payload: bytes) -> list[tuple[int, int]]:
+    return [(r.nrec, r.flags) for r in rf.layout(payload).runs]
+
+
+async def test_runs_a_range_cuts_are_checked_by_the_node(tmp_path: Any) -> None:
+    """A reader's range ends cut stored batches (a Spark task pipelines fixed sub-ranges). The
+    node checks the whole batch each cut run came from against the batch's stored CRC and
+    sends the run with the CRC of its own bytes (RUN_CHECKED), so the reader checks it with
+    one call instead of one per record; damage in the bytes sent is still caught, and damage
+    in the part of a batch not sent leaves the run to the reader's per-record checks."""
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        await _twelve_batches(st_)  # batch b holds 40 * b + 1 .. 40 * (b + 1)
+        _hdr, payload = F.fetch("S", st_, 480, F.FetchRequest(start=15, end=95, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(payload) == [(26, rf.RUN_CHECKED), (40, rf.RUN_WHOLE_BATCH), (14, rf.RUN_CHECKED)]
+        lay = rf.layout(payload)
+        for r in lay.runs:
+            a = lay.data_start + r.data_off
+            assert r.crc == crc32c(payload[a : a + r.data_len])
+        assert [r.seq for r in rf.decode(payload)] == list(range(15, 95))
+        # Cut at both ends inside one batch: the run is checked with the batch's head and tail.
+        _hdr, inner = F.fetch("S", st_, 480, F.FetchRequest(start=45, end=50, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(inner) == [(5, rf.RUN_CHECKED)]
+        assert [r.seq for r in rf.decode(inner)] == [45, 46, 47, 48, 49]
+        # A flipped bit in a checked run's bytes is caught by the reader.
+        for at in (lay.data_start + 40, lay.size - 5):
+            bad = bytearray(payload)
+            bad[at] ^= 0x01
+            with pytest.raises(rf.RawFrameError, match="crc"):
+                rf.decode(bytes(bad))
+    finally:
+        await st_.close()
+    _overwrite(str(tmp_path), b"000-003", b"XXX")  # in batch 0, before what a read from 15 carries
+    st_ = await FileStore.open(str(tmp_path), verify=False)
+    try:
+        _hdr, payload = F.fetch("S", st_, 480, F.FetchRequest(start=15, end=95, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(payload) == [(26, 0), (40, rf.RUN_WHOLE_BATCH), (14, rf.RUN_CHECKED)]
+        assert [r.seq for r in rf.decode(payload)] == list(range(15, 95))
+    finally:
+        await st_.close()
+
+
+async def test_a_cut_run_is_checked_only_when_its_batch_is_small_next_to_it(tmp_path: Any) -> None:
+    """The node reads the rest of a cut batch only up to twice the run plus a slack: a sliver
+    of a large batch goes to the reader's per-record checks instead."""
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        for i in range(4_000):  # one stored batch of ~200 KiB
+            st_.append("x", b"", b"%04d" % i + b"." * 20, 1_000 + i)
+        await st_.flush()
+        _hdr, sliver = F.fetch("S", st_, 4_000, F.FetchRequest(start=10, end=20, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(sliver) == [(10, 0)]
+        _hdr, half = F.fetch("S", st_, 4_000, F.FetchRequest(start=1, end=2_500, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(half) == [(2_499, rf.RUN_CHECKED)]
+        assert [r.seq for r in rf.decode(half)] == list(range(1, 2_500))
     finally:
         await st_.close()

@@ -136,6 +136,29 @@ def test_whole_batch_runs_are_checked_against_their_stored_crc() -> None:
         raw_frame_to_batch(wrong, "S", arrow_schema(False))
 
 
+def test_runs_the_node_checked_take_one_crc_call() -> None:
+    """RUN_CHECKED: ``crc`` covers the run's bytes as sent (the node checked the batch they
+    were cut from); the reader checks that, not each record's CRC."""
+    from crc32c import crc32c
+
+    enc = [rc.encode_record(i + 7, 1000 + i, b"s", b"", b"payload-%d" % i) for i in range(4)]
+    body = b"".join(enc)
+    pos = array("I", [900 + sum(len(e) for e in enc[:i]) for i in range(4)]).tobytes()
+    good = b"".join(rf.encode([rf.Run(4, pos, 900, body, rf.RUN_CHECKED, crc32c(body))]))
+    assert raw_frame_to_batch(good, "S", arrow_schema(False)).column("seq").to_pylist() == [7, 8, 9, 10]
+    wrong = b"".join(rf.encode([rf.Run(4, pos, 900, body, rf.RUN_CHECKED, crc32c(body) ^ 1)]))
+    with pytest.raises(RawDecodeError, match="batch crc"):
+        raw_frame_to_batch(wrong, "S", arrow_schema(False))
+    # The flag, not the record CRCs, decides: a record CRC zeroed under a matching run CRC
+    # decodes, and the same run without the flag is refused.
+    zeroed = bytes(4) + body[4:]
+    ok = b"".join(rf.encode([rf.Run(4, pos, 900, zeroed, rf.RUN_CHECKED, crc32c(zeroed))]))
+    assert raw_frame_to_batch(ok, "S", arrow_schema(False)).num_rows == 4
+    plain = b"".join(rf.encode([rf.Run(4, pos, 900, zeroed, 0, 0)]))
+    with pytest.raises(RawDecodeError, match="record crc"):
+        raw_frame_to_batch(plain, "S", arrow_schema(False))
+
+
 @settings(max_examples=300, deadline=None)
 @given(records(), st.data())
 def test_any_damage_is_refused_or_decoded_never_a_crash(rec: Any, data: st.DataObject) -> None:
