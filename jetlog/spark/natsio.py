@@ -317,16 +317,15 @@ class Connection:
             raise NatsTimeout("timed out waiting for the server")
         try:
             sock.settimeout(remaining)
-            chunk = sock.recv(_RECV_SIZE)
+            got = self._parser.recv_into(sock.recv_into, _RECV_SIZE)
         except TimeoutError:
             raise NatsTimeout("timed out waiting for the server") from None
         except OSError as e:
             self._close_socket()
             raise NatsConnectionError(f"connection lost: {e}") from None
-        if not chunk:
+        if not got:
             self._close_socket()
             raise NatsConnectionError("connection closed by the server")
-        self._parser.feed(chunk)
 
     def next_msg(self, deadline: float) -> Msg:
         """The next message for this connection's inbox (PINGs answered on the way)."""

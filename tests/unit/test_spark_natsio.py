@@ -7,6 +7,8 @@ import os
 
 import nkeys
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jetlog.spark import natsio as N
 
@@ -73,6 +75,54 @@ def test_parse_large_payload_in_chunks() -> None:
         if op is not None:
             got = op
     assert isinstance(got, N.Msg) and got.data == payload
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(max_size=3000), min_size=1, max_size=8),
+    st.lists(st.integers(1, 5000), min_size=1, max_size=50),
+    st.integers(1, 4096),
+)
+def test_receiving_into_the_buffer_parses_like_feeding(
+    payloads: list[bytes], pieces: list[int], size: int
+) -> None:
+    """``recv_into`` (the socket reads into the parser's own buffer, as much as the message
+    being received needs) gives the same messages as ``feed``, whatever sizes the socket hands
+    out and however parsing interleaves with receiving."""
+    wire = b"".join(
+        b"HMSG s.%d 1 r 12 %d\r\nNATS/1.0\r\n\r\n" % (i, 12 + len(d)) + d + b"\r\n"
+        if i % 2
+        else b"MSG s.%d 1 %d\r\n" % (i, len(d)) + d + b"\r\nPING\r\n"
+        for i, d in enumerate(payloads)
+    )
+    fed = N.Parser()
+    fed.feed(wire)
+    want = _all(fed)
+    p = N.Parser()
+    sent = 0
+    turn = 0
+    asked: list[int] = []
+
+    def recv(into: memoryview) -> int:
+        nonlocal sent, turn
+        asked.append(len(into))
+        n = min(len(into), pieces[turn % len(pieces)], len(wire) - sent)
+        turn += 1
+        into[:n] = wire[sent : sent + n]
+        sent += n
+        return n
+
+    got: list[object] = []
+    while sent < len(wire):
+        assert p.recv_into(recv, size) > 0
+        got.extend(_all(p))
+
+    def view(ops: list[object]) -> list[object]:
+        return [(o.subject, o.reply, o.hdr, o.data) if isinstance(o, N.Msg) else o for o in ops]
+
+    assert view(got) == view(want) and len(want) == 2 * len(payloads) - len(payloads) // 2
+    assert p.buffered == 0 and p.recv_into(recv, size) == 0
+    assert min(asked) >= size  # never less room than asked for
 
 
 @pytest.mark.parametrize(
