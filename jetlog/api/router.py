@@ -149,8 +149,7 @@ class ApiRouter:
         client = self.node.client
         out: Any = client if client.connected else self.node.egress
         try:
-            for hdr, payload in oversize.fit_frames(frames, out.max_payload):
-                out.send(reply, payload, hdr)
+            out.send_many(reply, oversize.fit_frames(frames, out.max_payload))
         except TransportError as e:
             log.warning("reply to %s lost: %s", reply, e)
 

@@ -123,3 +123,15 @@ class Egress:
                 raise TransportError("no upstream link is connected")
         except PayloadTooLargeError:
             return  # logged by the link's guard
+
+    def send_many(self, subject: str, frames: list[tuple[bytes, bytes]]) -> None:
+        """:meth:`send` of ``(header block, payload)`` frames, in order: on the leaf link
+        (which coalesces its writes per loop pass) one by one, on the client link as one
+        write (:meth:`ClientLink.send_many`)."""
+        if self.leaf.connected:
+            for hdr, payload in frames:
+                self.send(subject, payload, hdr)
+        elif self.client.connected:
+            self.client.send_many(subject, frames)
+        else:
+            raise TransportError("no upstream link is connected")

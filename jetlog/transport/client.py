@@ -468,9 +468,27 @@ class ClientLink:
         :class:`~jetlog.wire.leaf.PayloadTooLargeError` (logged) for a frame the server would
         reject: header + payload above its ``max_payload``, or a control line above 4 KiB.
         """
-        nc = self.nc
-        if not nc.is_connected:
+        if not self.nc.is_connected:
             raise TransportError("client connection is down")
+        self._write(self._command(subject, payload, hdr, reply))
+
+    def send_many(self, subject: str, frames: list[tuple[bytes, bytes]]) -> None:
+        """:meth:`send` of ``(header block, payload)`` frames to one subject, in order, as one
+        write: a Direct Get batch of 1,000 messages written one by one cost 1,000 send calls,
+        each waking the upstream server. A frame :meth:`send` would refuse ends the run: the
+        frames before it are sent, then the error is raised."""
+        if not self.nc.is_connected:
+            raise TransportError("client connection is down")
+        cmds: list[bytes] = []
+        try:
+            for hdr, payload in frames:
+                cmds.append(self._command(subject, payload, hdr, ""))
+        finally:
+            if cmds:
+                self._write(b"".join(cmds))
+
+    def _command(self, subject: str, payload: bytes, hdr: bytes, reply: str) -> bytes:
+        """The PUB/HPUB command for one message (raising as :meth:`send` says)."""
         size = len(hdr) + len(payload)
         if frame_too_large(len(hdr), len(payload), self._max_payload):
             log.warning(
@@ -490,6 +508,10 @@ class ClientLink:
         if len(line) > MAX_CONTROL_LINE:
             log.warning("client link: refusing a %d-byte control line for %.80s...", len(line), subject)
             raise LeafFrameError(f"control line of {len(line)} bytes exceeds {MAX_CONTROL_LINE}")
+        return cmd
+
+    def _write(self, cmd: bytes) -> None:
+        nc = self.nc
         if not nc._pending and nc._transport is not None:
             # Nothing queued ahead of us: write now instead of waking nats-py's flusher task
             # (one loop hop less on every API reply; order is kept since the queue is empty).

@@ -17,6 +17,7 @@ from jetlog.embedded import NatsServer
 from jetlog.errors import TransportError
 from jetlog.transport.barrier import flush_barrier
 from jetlog.transport.client import ClientLink
+from jetlog.wire.leaf import PayloadTooLargeError
 
 from .test_link_recovery import until
 
@@ -161,5 +162,48 @@ async def test_requests(nats_server: NatsServer) -> None:
         with pytest.raises(TransportError):
             await link.request("svc", b"x", 1.0)
     finally:
+        await nc.close()
+        await link.close()
+
+
+async def test_many_frames_to_one_subject_leave_in_one_write_and_in_order(nats_server: NatsServer) -> None:
+    """``send_many`` (a Direct Get batch, a bulk reply and its status) writes its frames as one
+    socket write, in order; a frame the server would refuse ends the run after the frames
+    before it."""
+    link = ClientLink([nats_server.url], name="jl-many")
+    await link.connect()
+    nc = await nats.connect(nats_server.url)
+    try:
+        got: list[tuple[bytes, bytes]] = []
+
+        async def on_msg(m: nats.aio.msg.Msg) -> None:
+            got.append((m.headers.get("N", "").encode() if m.headers else b"", m.data))
+
+        await nc.subscribe("many.x", cb=on_msg)
+        await nc.flush()
+        writes: list[int] = []
+        transport = link.nc._transport
+        assert transport is not None
+        real_write = transport.write
+
+        def counting(data: bytes) -> None:
+            writes.append(len(data))
+            real_write(data)
+
+        transport.write = counting  # type: ignore[method-assign]
+        frames = [(b"NATS/1.0\r\nN: %d\r\n\r\n" % i if i % 2 else b"", b"m%04d" % i) for i in range(1_000)]
+        link.send_many("many.x", frames)
+        assert len(writes) == 1
+        await until(lambda: len(got) == 1_000, "every frame", timeout=10)
+        assert got == [(b"%d" % i if i % 2 else b"", b"m%04d" % i) for i in range(1_000)]
+        # The 3rd frame is above max_payload: the first two leave, then the refusal.
+        big = b"x" * (link.max_payload + 1)
+        with pytest.raises(PayloadTooLargeError):
+            link.send_many("many.x", [(b"", b"a"), (b"", b"b"), (b"", big), (b"", b"c")])
+        await until(lambda: len(got) == 1_002, "the frames before the refused one", timeout=10)
+        await nc.flush()
+        assert got[1_000:] == [(b"", b"a"), (b"", b"b")] and len(writes) == 2
+    finally:
+        transport.write = real_write  # type: ignore[method-assign]
         await nc.close()
         await link.close()
