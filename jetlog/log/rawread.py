@@ -225,7 +225,7 @@ def _read_runs(
                     rf.RUN_WHOLE_BATCH if whole else 0,
                     head.body_crc if whole else 0,
                 )
-                where[len(runs) - 1] = None
+                where[-1] = None
                 used += rf.ROW_OVERHEAD * (cut - k) + length
             else:
                 data, flags, crc, head = _pread_run(store, blk, base, length)

@@ -126,6 +126,8 @@ class Parser:
     def _room(self, n: int) -> None:
         """Make ``n`` bytes of room after ``_end`` (moving the unparsed bytes to the front or
         growing the buffer only when there is not)."""
+        if self._pos == self._end:
+            self._pos = self._end = 0  # all parsed: start over at the front, nothing to move
         if len(self._buf) - self._end >= n:
             return
         live = self._end - self._pos
@@ -137,8 +139,6 @@ class Parser:
 
     def feed(self, data: bytes) -> None:
         """Append received bytes."""
-        if self._pos == self._end:
-            self._pos = self._end = 0
         n = len(data)
         self._room(n)
         self._buf[self._end : self._end + n] = data
@@ -148,8 +148,6 @@ class Parser:
         """Receive straight into the buffer with ``recv`` (a socket's ``recv_into``): up to
         ``size`` bytes, or the rest of the message being received if that is more. Returns
         what ``recv`` returned (0: the peer closed)."""
-        if self._pos == self._end:
-            self._pos = self._end = 0
         want = max(size, self._need - (self._end - self._pos))
         self._room(want)
         with memoryview(self._buf) as mv:

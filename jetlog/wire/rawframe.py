@@ -180,8 +180,7 @@ def decode(buf: bytes | memoryview) -> list[rc.Record]:
     ends: list[int] = []
     for r in lay.runs:
         start = lay.data_start + r.data_off
-        one = bool(r.flags & RUN_ONE_CRC)
-        if one and crc32c(mv[start : start + r.data_len]) != r.crc:
+        if r.flags & RUN_ONE_CRC and crc32c(mv[start : start + r.data_len]) != r.crc:
             raise RawFrameError(f"batch crc mismatch in the run at {start}")
         ends.extend([start + r.data_len] * r.nrec)
     for off, end in zip(offs, ends, strict=True):
