@@ -180,7 +180,7 @@ async def test_many_frames_to_one_subject_leave_in_one_write_and_in_order(nats_s
             got.append((m.headers.get("N", "").encode() if m.headers else b"", m.data))
 
         await nc.subscribe("many.x", cb=on_msg)
-        await nc.flush()
+        await flush_barrier(nc)
         writes: list[int] = []
         transport = link.nc._transport
         assert transport is not None
