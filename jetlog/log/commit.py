@@ -132,7 +132,24 @@ def seal_pending(b: PendingBatch, compressor: Any) -> PendingBatch:
         last_ts=b.last_ts,
         compressor=compressor if b.nrec else None,
     )
-    return b._replace(parts=[hdr, body], sealed=True)
+    # Built field by field: ``_replace`` (a Python-level map over the fields) was two thirds
+    # of this function, ~5 % of the loop with 200 streams committing small batches.
+    return PendingBatch(
+        b.seg,
+        b.pos,
+        [hdr, body],
+        b.nrec,
+        b.ops,
+        b.epoch,
+        b.base_seq,
+        b.last_seq,
+        b.last_ts,
+        b.first_rec,
+        b.last_rec,
+        True,
+        b.k,
+        b.rel,
+    )
 
 
 async def seal_compressed(
