@@ -16,7 +16,7 @@ import pytest
 
 from jetlog.errors import StreamUnavailableError
 from jetlog.log import FileStore, SyncService
-from jetlog.log.pipeline import MAX_INFLIGHT
+from jetlog.log.pipeline import MAX_INFLIGHT, Wake
 from jetlog.log.syncer import Syncer
 from tests.unit.test_store_file import _data_size
 from tests.unit.test_store_model import Model, check_store
@@ -402,3 +402,36 @@ async def test_pipelines_under_load_with_the_real_helper(tmp_path: Path, compres
     check_store(store, model)
     await store.close()
     await st0.close()
+
+
+async def test_the_flusher_wake_keeps_a_set_made_before_the_wait_and_survives_cancellation() -> None:
+    """``Wake`` (the flusher's ``asyncio.Event`` replacement): a ``set`` between ``clear`` and
+    ``wait`` is not lost; a ``set`` while waiting wakes the waiter; a cancelled wait leaves it
+    usable; ``clear`` re-arms it."""
+    w = Wake(asyncio.get_running_loop())
+    w.set()
+    await asyncio.wait_for(w.wait(), 1)  # set before the wait: returns at once
+    w.clear()
+    w.set()
+    await asyncio.wait_for(w.wait(), 1)  # set between clear and wait: kept
+    w.clear()
+    waiter = asyncio.ensure_future(w.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    w.set()
+    await asyncio.wait_for(waiter, 1)  # set while waiting wakes it
+    w.set()  # already set: nothing to do, no error
+    w.clear()
+    cancelled = asyncio.ensure_future(w.wait())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    w.set()  # the cancelled wait's future is gone: no InvalidStateError
+    await asyncio.wait_for(w.wait(), 1)
+    w.clear()
+    late = asyncio.ensure_future(w.wait())
+    await asyncio.sleep(0.01)
+    assert not late.done()  # cleared: waits for the next set
+    w.set()
+    await asyncio.wait_for(late, 1)
