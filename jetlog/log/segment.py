@@ -124,6 +124,21 @@ class OsIO:
         # pwritev in chunks (``write_chunks``); a short write is retried from where it
         # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
         # file may be preallocated past the data (``preallocate``).
+        if len(bufs) <= IOV_MAX:
+            # One chunk (a small job: many streams committing a few messages each) skips the
+            # generator; a short write goes on in the general loop below.
+            want = sum(map(len, bufs))
+            if want <= WRITE_CHUNK:
+                done = os.pwritev(fd, bufs, at)
+                if done == want:
+                    return
+                rest = b"".join(bufs)[done:]
+                at += done
+                while rest:
+                    n = os.pwrite(fd, rest, at)
+                    rest = rest[n:]
+                    at += n
+                return
         for chunk in write_chunks(bufs):
             want = sum(map(len, chunk))
             done = os.pwritev(fd, chunk, at)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,5 +62,34 @@ def test_os_write_puts_a_job_of_megabytes_at_its_offset(tmp_path: Path) -> None:
         want = head + b"".join(bufs)
         assert os.fstat(fd).st_size == len(want)
         assert io.pread(fd, len(want) + 10, 0) == want
+    finally:
+        io.close(fd)
+
+
+@pytest.mark.parametrize("sizes", [[30, 0, 200, 5], [WRITE_CHUNK - 10, 10], [3 << 20, 40]])
+def test_os_write_finishes_a_short_pwritev_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int]
+) -> None:
+    """A ``pwritev`` that writes less than asked (a signal, a nearly full disk) is finished
+    from where it stopped, for a small job (one call, no chunking) and a chunked one alike."""
+    io = OsIO()
+    fd = io.open(str(tmp_path / "seg"), os.O_RDWR | os.O_CREAT)
+    real = os.pwritev
+    calls: list[int] = []
+
+    def short(fd: int, bufs: list[bytes], at: int) -> int:
+        # Writes only the first half of what it is given, once per call.
+        data = b"".join(bytes(b) for b in bufs)
+        calls.append(len(data))
+        return real(fd, [data[: len(data) // 2]], at)
+
+    try:
+        io.write(fd, [b"h" * 64], 0)
+        bufs = [os.urandom(n) for n in sizes]
+        monkeypatch.setattr(os, "pwritev", short)
+        io.write(fd, bufs, 64)
+        monkeypatch.setattr(os, "pwritev", real)
+        want = b"h" * 64 + b"".join(bufs)
+        assert calls and io.pread(fd, len(want) + 10, 0) == want
     finally:
         io.close(fd)
