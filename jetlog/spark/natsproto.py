@@ -35,13 +35,14 @@ class ProtocolError(NatsConnectionError):
 class Msg:
     """One delivered message. ``hdr`` is the raw header block (``b""`` without headers)."""
 
-    __slots__ = ("data", "hdr", "reply", "subject")
+    __slots__ = ("_first", "data", "hdr", "reply", "subject")
 
     def __init__(self, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
         self.subject = subject
         self.reply = reply
         self.hdr = hdr
         self.data = data
+        self._first: dict[str, str] | None = None
 
     @property
     def status(self) -> int:
@@ -61,10 +62,14 @@ class Msg:
 
     def header(self, key: str) -> str | None:
         """First value of header ``key`` (case-sensitive, like nats-server), or None."""
-        for k, v in parse_headers(self.hdr):
-            if k == key:
-                return v
-        return None
+        first = self._first
+        if first is None:
+            # Parsed once per message: a bulk read's reply is asked for five headers.
+            first = {}
+            for k, v in parse_headers(self.hdr):
+                first.setdefault(k, v)
+            self._first = first
+        return first.get(key)
 
     def headers(self) -> list[tuple[str, str]]:
         """All headers in order (repeats kept)."""

@@ -152,6 +152,22 @@ def test_headers_encode_round_trip_and_validation() -> None:
             N.encode_headers([bad])
 
 
+_KEY = st.sampled_from(["Jl-Count", "Jl-Next-Seq", "jl-count", "K", "Nats-Sequence"])
+_VAL = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_KEY, _VAL), max_size=8))
+def test_a_header_lookup_is_the_first_value_asked_any_number_of_times(pairs: list[tuple[str, str]]) -> None:
+    """``Msg.header`` parses the block once and answers every lookup from it: the first
+    value of a key (case-sensitive, repeats kept in ``headers()``), None when absent."""
+    m = N.Msg("s", None, N.encode_headers(pairs) if pairs else b"", b"")
+    for _ in range(2):
+        for key in ["Jl-Count", "Jl-Next-Seq", "jl-count", "K", "Nats-Sequence", "Absent"]:
+            assert m.header(key) == next((v for k, v in pairs if k == key), None)
+    assert m.headers() == pairs
+
+
 def test_pub_encoding() -> None:
     assert N.Connection.encode_pub("a.b", b"xy") == b"PUB a.b 2\r\nxy\r\n"
     assert N.Connection.encode_pub("a.b", b"xy", "r.1") == b"PUB a.b r.1 2\r\nxy\r\n"
