@@ -20,7 +20,7 @@ import mmap
 import os
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from jetlog.log.columns import own_columns
@@ -53,8 +53,20 @@ class SegmentIO(Protocol):
     def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
 
     def write(self, fd: int, bufs: list[bytes], at: int) -> None:
-        """Write every buffer (in order) starting at offset ``at``, or raise ``OSError``."""
-        ...
+        # pwritev in chunks (``write_chunks``); a short write is retried from where it
+        # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
+        # file may be preallocated past the data (``preallocate``).
+        if len(bufs) <= IOV_MAX:
+            want = sum(map(len, bufs))
+            if want <= WRITE_CHUNK:
+                # One chunk (a small job: many streams committing a few messages each): no
+                # chunking generator.
+                _pwrite_all(fd, bufs, want, at)
+                return
+        for chunk in write_chunks(bufs):
+            want = sum(map(len, chunk))
+            _pwrite_all(fd, chunk, want, at)
+            at += want
 
     def preallocate(self, fd: int, offset: int, length: int) -> None:
         """Allocate ``[offset, offset + length)`` (extending the file size), or raise
@@ -112,6 +124,19 @@ def write_chunks(
             chunk, size = [], 0
     if chunk:
         yield chunk
+
+
+def _pwrite_all(fd: int, bufs: Sequence[bytes | memoryview], want: int, at: int) -> None:
+    """``pwritev`` of ``bufs`` (``want`` bytes) at ``at``, a short write finished from where it
+    stopped; an error propagates."""
+    done = os.pwritev(fd, bufs, at)
+    if done != want:
+        rest = b"".join(bufs)[done:]
+        at += done
+        while rest:
+            n = os.pwrite(fd, rest, at)
+            rest = rest[n:]
+            at += n
 
 
 class OsIO:
