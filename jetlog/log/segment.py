@@ -53,20 +53,8 @@ class SegmentIO(Protocol):
     def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
 
     def write(self, fd: int, bufs: list[bytes], at: int) -> None:
-        # pwritev in chunks (``write_chunks``); a short write is retried from where it
-        # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
-        # file may be preallocated past the data (``preallocate``).
-        if len(bufs) <= IOV_MAX:
-            want = sum(map(len, bufs))
-            if want <= WRITE_CHUNK:
-                # One chunk (a small job: many streams committing a few messages each): no
-                # chunking generator.
-                _pwrite_all(fd, bufs, want, at)
-                return
-        for chunk in write_chunks(bufs):
-            want = sum(map(len, chunk))
-            _pwrite_all(fd, chunk, want, at)
-            at += want
+        """Write every buffer (in order) starting at offset ``at``, or raise ``OSError``."""
+        ...
 
     def preallocate(self, fd: int, offset: int, length: int) -> None:
         """Allocate ``[offset, offset + length)`` (extending the file size), or raise
@@ -150,30 +138,16 @@ class OsIO:
         # stopped, an error propagates (and fails the store). Positional, not O_APPEND: the
         # file may be preallocated past the data (``preallocate``).
         if len(bufs) <= IOV_MAX:
-            # One chunk (a small job: many streams committing a few messages each) skips the
-            # generator; a short write goes on in the general loop below.
             want = sum(map(len, bufs))
             if want <= WRITE_CHUNK:
-                done = os.pwritev(fd, bufs, at)
-                if done == want:
-                    return
-                rest = b"".join(bufs)[done:]
-                at += done
-                while rest:
-                    n = os.pwrite(fd, rest, at)
-                    rest = rest[n:]
-                    at += n
+                # One chunk (a small job: many streams committing a few messages each): no
+                # chunking generator.
+                _pwrite_all(fd, bufs, want, at)
                 return
         for chunk in write_chunks(bufs):
             want = sum(map(len, chunk))
-            done = os.pwritev(fd, chunk, at)
-            at += done
-            if done != want:
-                rest = b"".join(chunk)[done:]
-                while rest:
-                    n = os.pwrite(fd, rest, at)
-                    rest = rest[n:]
-                    at += n
+            _pwrite_all(fd, chunk, want, at)
+            at += want
 
     def preallocate(self, fd: int, offset: int, length: int) -> None:
         os.posix_fallocate(fd, offset, length)
