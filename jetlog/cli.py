@@ -416,7 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="short runs (smoke)")
     b.add_argument("--rounds", type=int, default=3, help="alternating A/B rounds per case")
     b.add_argument("--only", default="", help="comma-separated case names")
-    b.add_argument("--full", action="store_true", help="also fsync=interval jetlog and sync=always nats")
+    b.add_argument(
+        "--full",
+        action="store_true",
+        help="also fsync=interval jetlog and sync=always nats (with --cluster: a sync=always nats R3 cluster)",
+    )
     b.add_argument(
         "--cluster",
         action="store_true",

@@ -54,6 +54,8 @@ async def run_bench(args: argparse.Namespace) -> int:
         kinds += ["jetlog-interval", "nats-sync"]
     if getattr(args, "cluster", False):
         kinds = ["jetlog-r3", "nats-r3", "jetlog"]
+        if getattr(args, "full", False):
+            kinds.append("nats-r3-sync")
     results: dict[str, dict[str, list[Result]]] = {c: {k: [] for k in kinds} for c in cases}
     for rnd in range(args.rounds):
         order = kinds if rnd % 2 == 0 else list(reversed(kinds))
@@ -90,7 +92,8 @@ async def run_bench(args: argparse.Namespace) -> int:
 REPRODUCE = "Reproduce: `make bench` (or `.venv/bin/jetlog bench --rounds 3 --full --out docs/benchmarks.md`; without `--full`, only the jetlog and nats columns)."
 REPRODUCE_CLUSTER = (
     "Reproduce: `.venv/bin/jetlog bench --cluster --rounds 3 --only "
-    '"pub-sync,pub-async,fetch(1000)" --failover-reps 10 --out docs/benchmarks.md`.'
+    '"pub-sync,pub-async,fetch(1000)" --failover-reps 10 --out docs/benchmarks.md` (with `--full`, '
+    "also a nats-server R3 cluster with `sync_interval: always`, the durability of a jetlog R3 PubAck)."
 )
 
 
@@ -127,18 +130,28 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         ratios = [("jetlog-r3", "nats-r3", "jetlog R3 / nats R3"), ("jetlog-r3", "jetlog", "jetlog R3 / R1")]
     if "nats-sync" in kinds:
         ratios.append(("jetlog", "nats-sync", "jetlog / nats-sync (both fsync)"))
+    if "nats-r3-sync" in kinds:
+        ratios.append(("jetlog-r3", "nats-r3-sync", "jetlog R3 / nats R3 sync (both fsync)"))
     if "jetlog-interval" in kinds:
         ratios.append(("jetlog-interval", "nats", "jetlog-interval / nats (neither)"))
     # The latency aims of synchronous publishes are against nats-server with the same
     # durability (sync_interval: always): show that ratio too when it was measured.
-    sync_lat = int("nats-sync" in kinds and "jetlog" in kinds)
+    same = next(
+        (
+            (a, b)
+            for a, b in (("jetlog", "nats-sync"), ("jetlog-r3", "nats-r3-sync"))
+            if a in kinds and b in kinds
+        ),
+        None,
+    )
+    sync_lat = int(same is not None)
     header = (
         "| case | "
         + " | ".join(f"{k} (ops/s)" for k in kinds)
         + " | "
         + " | ".join(r[2] for r in ratios)
         + f" | p50 µs {ratios[0][0]} / {ratios[0][1]} |"
-        + (" p50 µs jetlog / nats-sync |" if sync_lat else "")
+        + (f" p50 µs {same[0]} / {same[1]} |" if same else "")
         + f" server CPU µs/op {ratios[0][0]} / {ratios[0][1]} |"
     )
     lines.append(header)
@@ -149,9 +162,9 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         a, b = ratios[0][0], ratios[0][1]
         p50j, p50n = _med(per[a], "p50_us"), _med(per[b], "p50_us")
         lat = f"{p50j:.0f} / {p50n:.0f} ({p50j / p50n:.2f}x)" if p50n else "–"
-        if sync_lat:
-            p50s = _med(per["nats-sync"], "p50_us")
-            p50o = _med(per["jetlog"], "p50_us")
+        if same:
+            p50s = _med(per[same[1]], "p50_us")
+            p50o = _med(per[same[0]], "p50_us")
             lat += f" | {p50o:.0f} / {p50s:.0f} ({p50o / p50s:.2f}x)" if p50s else " | –"
         cpuj, cpun = _med(per[a], "cpu_us"), _med(per[b], "cpu_us")
         cpu = f"{cpuj:.1f} / {cpun:.1f} ({cpuj / cpun:.1f}x)" if cpun else "–"

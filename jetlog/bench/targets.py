@@ -11,6 +11,8 @@
   (``--default-replicas 3``).
 * ``nats-r3``: a 3-server ``nats-server -js`` cluster (routes), streams R3; the client connects
   to one of the servers.
+* ``nats-r3-sync``: the same cluster with ``sync_interval: always`` on every server, the
+  durability a jetlog R3 PubAck gives (fsynced on every in-sync replica).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from jetlog.devcluster import LocalCluster, free_port, serve_argv
 from jetlog.embedded import NatsServer
 
 
-def nats_cluster(tmp: str, n: int = 3) -> list[NatsServer]:
+def nats_cluster(tmp: str, n: int = 3, sync_always: bool = False) -> list[NatsServer]:
     """``n`` nats-server -js processes forming one cluster (not started). Fixed ports so a
-    server can be restarted into the same cluster."""
+    server can be restarted into the same cluster. ``sync_always``: every server fsyncs each
+    write (``sync_interval: always``) instead of every 2 minutes."""
     taken: list[int] = []
     for _ in range(2 * n):  # route ports, then client ports, all distinct
         taken.append(free_port(taken))
@@ -39,12 +42,17 @@ def nats_cluster(tmp: str, n: int = 3) -> list[NatsServer]:
     routes = ",".join(f"nats-route://127.0.0.1:{p}" for p in ports)
     return [
         NatsServer(
-            jetstream=True,
+            jetstream=not sync_always,
             leafnode=False,
             store_dir=os.path.join(tmp, f"js{i}"),
             name=f"s{i}",
             client_port=clients[i],
-            extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}",
+            extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}"
+            + (
+                f'\njetstream {{\n  store_dir: "{os.path.join(tmp, f"js{i}")}"\n  sync_interval: always\n}}'
+                if sync_always
+                else ""
+            ),
         )
         for i, p in enumerate(ports)
     ]
@@ -145,8 +153,8 @@ async def start(kind: str, tmp: str | None = None) -> Env:
         )
         await cluster.start(timeout=120)
         return Env(kind, srv.url, srv, tmp=tmp, extra=cluster, replicas=3)
-    if kind == "nats-r3":
-        servers = nats_cluster(tmp)
+    if kind in ("nats-r3", "nats-r3-sync"):
+        servers = nats_cluster(tmp, sync_always=kind == "nats-r3-sync")
         await asyncio.gather(*(s.start() for s in servers))
         r3 = Env(kind, servers[0].url, servers[0], tmp=tmp, extra=servers[1:], replicas=3)
         try:

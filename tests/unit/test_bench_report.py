@@ -65,3 +65,32 @@ def test_a_marked_section_is_replaced_where_it_is_and_appended_when_absent(tmp_p
     write_report(str(path), "# top again\n")
     assert path.read_text().startswith("# top again\n\n" + KEEP_MARKER)
     assert "second" in path.read_text() and "r3 table" in path.read_text()
+
+
+def test_the_cluster_report_compares_r3_sync_publishes_with_a_syncing_nats_cluster() -> None:
+    import argparse
+
+    from jetlog.bench.cases import Result
+    from jetlog.bench.runner import _report
+
+    kinds = ["jetlog-r3", "nats-r3", "jetlog", "nats-r3-sync"]
+    results = {
+        "pub-sync 128B": {
+            "jetlog-r3": [Result(600.0, 1500.0, cpu_us=2000.0)],
+            "nats-r3": [Result(1600.0, 600.0, cpu_us=760.0)],
+            "jetlog": [Result(1700.0, 580.0)],
+            "nats-r3-sync": [Result(900.0, 1200.0)],
+        }
+    }
+    text = _report(results, kinds, argparse.Namespace(rounds=1, quick=False))
+    header = next(line for line in text.splitlines() if line.startswith("| case |"))
+    assert "jetlog R3 / nats R3 sync (both fsync)" in header
+    assert "p50 µs jetlog-r3 / nats-r3-sync" in header
+    row = next(line for line in text.splitlines() if line.startswith("| pub-sync 128B |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:5] == ["600", "1,600", "1,700", "900"]
+    assert cells[5:8] == ["0.38", "0.35", "0.67"]  # vs nats R3, vs R1, vs the syncing nats R3
+    assert cells[8] == "1500 / 600 (2.50x)"
+    assert cells[9] == "1500 / 1200 (1.25x)"
+    assert cells[10] == "2000.0 / 760.0 (2.6x)"
+    assert len(cells) == len(header.strip("|").split("|"))
