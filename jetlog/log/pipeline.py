@@ -84,6 +84,14 @@ MAX_INFLIGHT = 2
 """Jobs written but not yet committed, at most (1: each job's sync completes before the next
 job is written)."""
 
+PIPELINE_MIN_BYTES = 64 * 1024
+"""The next job is written while one is still syncing only behind a job of at least this many
+bytes, or when at least this many are pending (``Flusher.pipeline_min``). Overlapping a sync
+with the next job's write pays when the writes are large (bulk loads); behind a small job it
+only cuts what is pending into more, smaller jobs, each with its own write, sync request and
+commit (many streams on one node: ~2 messages per job). Figures: docs/internals.md,
+seventeenth pass."""
+
 Records = dict[int, tuple[bytes, bytes]]  # seq → (hdr, data)
 
 
@@ -103,6 +111,7 @@ class FlusherHost(Protocol):
     _failed: BaseException | None
     _wseg: Segment
     _queue: list[PendingBatch | Roll]
+    _ob: OpenBatch
     _rolls: int
     _pend: Records
     _committed: int
@@ -155,13 +164,14 @@ class Flight:
     """A taken job until it is committed. ``res``: its write result (None until written);
     ``fut``: its sync (None: nothing to wait for, e.g. interval mode between syncs)."""
 
-    __slots__ = ("fut", "job", "recs", "res")
+    __slots__ = ("big", "fut", "job", "recs", "res")
 
     def __init__(self, job: Job, recs: Records) -> None:
         self.job = job
         self.recs = recs
         self.res: JobResult | None = None
         self.fut: asyncio.Future[None] | None = None
+        self.big = False  # wrote at least ``Flusher.pipeline_min`` bytes: the next job may follow
 
     def ready(self) -> bool:
         return self.res is not None and (self.fut is None or self.fut.done())
@@ -184,6 +194,7 @@ class Flusher:
         self.dead = False  # failed or stopped: nothing is committed any more
         self.unsynced = False  # interval mode: written since the last sync
         self.last_sync = time.monotonic_ns()
+        self.pipeline_min = PIPELINE_MIN_BYTES  # tests set 0 to pipeline behind any job
         # The real Syncer can sync a job on the loop (a lone small one, or a bulk one while the
         # disk is fast); test services that gate or fail syncs have no such method and always
         # take the asynchronous path.
@@ -250,13 +261,27 @@ class Flusher:
             while st._failed is None:
                 pending = st._has_pending()
                 # ROLLS: a job with a roll is taken only when nothing else is in flight.
-                if pending and len(flights) < MAX_INFLIGHT and not (flights and st._rolls):
+                # PIPELINE: a second job only behind a big one, or with a batch already closed
+                # (full, or sealed for a replication fetch) or an open one of ``pipeline_min``
+                # bytes. Checked when the task looks again (a job written, a sync done): a
+                # growing open batch does not wake it.
+                if (
+                    pending
+                    and len(flights) < MAX_INFLIGHT
+                    and not (
+                        flights
+                        and (
+                            st._rolls
+                            or not (flights[-1].big or st._queue or st._ob.body >= self.pipeline_min)
+                        )
+                    )
+                ):
                     await self._start_job()
                     continue
                 if flights:
                     # Wait for ``_synced`` (a sync finished: it commits and kicks) or, with a
-                    # slot free and nothing pending, for the next mutation.
-                    self.idle = not pending and len(flights) < MAX_INFLIGHT
+                    # slot free behind a big job and nothing pending, for the next mutation.
+                    self.idle = not pending and len(flights) < MAX_INFLIGHT and flights[-1].big
                     self._wake.clear()
                     await self._wake.wait()
                     self.idle = False
@@ -310,6 +335,7 @@ class Flusher:
         fl.res = res = write_job(st._io, job)
         # SIZES: the next job is written after this one, whether or not this one is committed.
         self.wsize = res.sizes[-1][1]
+        fl.big = self.wsize - job.size >= self.pipeline_min
         if job.sync:
             # Requested only now that the whole job is written: the sync covers all of it.
             nbytes = self.wsize - job.size

@@ -24,6 +24,7 @@ def payload(seq):
 
 async def main(path, compression, segment_bytes):
     store = await FileStore.open(path, segment_bytes=segment_bytes, compression=compression)
+    store._fl.pipeline_min = 0  # small appends: pipelined behind any job (two in flight)
     out = sys.stdout
     def on_commit(seq):
         out.write(f"C {seq}\n")

@@ -16,7 +16,7 @@ import pytest
 
 from jetlog.errors import StreamUnavailableError
 from jetlog.log import FileStore, SyncService
-from jetlog.log.pipeline import MAX_INFLIGHT, Wake
+from jetlog.log.pipeline import MAX_INFLIGHT, PIPELINE_MIN_BYTES, Wake
 from jetlog.log.syncer import Syncer
 from tests.unit.test_store_file import _data_size
 from tests.unit.test_store_model import Model, check_store
@@ -136,7 +136,9 @@ def _append(store: FileStore, model: Model, data: bytes, subj: str = "a.b") -> i
 
 
 async def _two_in_flight(store: FileStore, gs: GatedSync, model: Model) -> None:
-    """Job 1 (seq 1..2) and job 2 (seq 3) written with their syncs held; seq 4 in the open batch."""
+    """Job 1 (seq 1..2) and job 2 (seq 3) written with their syncs held; seq 4 in the open batch.
+    Pipelined behind any job, however small (``pipeline_min`` 0)."""
+    store._fl.pipeline_min = 0
     _append(store, model, b"one")
     _append(store, model, b"two")
     await _until(lambda: len(gs.held) == 1)
@@ -146,6 +148,63 @@ async def _two_in_flight(store: FileStore, gs: GatedSync, model: Model) -> None:
     await _spin()
     assert len(gs.held) == MAX_INFLIGHT == 2  # no third job: seq 4 waits in the open batch
     assert store.committed_seq == 0
+
+
+async def test_a_job_follows_one_still_syncing_only_when_that_one_was_big(tmp_path: Path) -> None:
+    """Behind a small job the next one waits for its sync and then takes everything pending in
+    one job (many streams: fewer, larger jobs); behind a job of ``PIPELINE_MIN_BYTES`` or more
+    the next one is written while it syncs (bulk loads overlap the write with the sync)."""
+    gs = GatedSync()
+    store = await FileStore.open(str(tmp_path), syncer=gs, auto_compact=False)
+    assert store._fl.pipeline_min == PIPELINE_MIN_BYTES
+    model = Model()
+    _append(store, model, b"small")
+    await _until(lambda: len(gs.held) == 1)
+    for _ in range(5):
+        _append(store, model, b"waits")
+        await _spin(5)
+    assert len(gs.held) == 1 and len(store._fl.flights) == 1  # nothing written behind it
+    for s in range(1, 7):
+        assert store.load(s) == model.msg(s)
+    gs.complete(0)
+    await _until(lambda: len(gs.held) == 1)  # the five waiting ones: one job
+    assert store.committed_seq == 1
+    assert sorted(store._fl.flights[0].recs) == [2, 3, 4, 5, 6]
+    gs.complete(0)
+    await _until(lambda: store.committed_seq == 6)
+    # A big job: the next one is written while it syncs (two in flight).
+    for _ in range(PIPELINE_MIN_BYTES // 4096 + 1):
+        _append(store, model, b"b" * 4096)
+    await _until(lambda: len(gs.held) == 1)
+    assert store._fl.flights[0].big
+    _append(store, model, b"behind")
+    await _until(lambda: len(gs.held) == 2)
+    assert len(store._fl.flights) == 2 and not store._fl.flights[1].big
+    _append(store, model, b"third")
+    await _spin()
+    assert len(gs.held) == 2  # MAX_INFLIGHT
+    gs.complete(0)
+    gs.complete(0)
+    await _until(lambda: len(gs.held) == 1)
+    gs.complete(0)
+    await _until(lambda: store.committed_seq == model.last_seq)
+    # A big job and a small one behind it in flight, and as much pending as a big job: when
+    # the big one commits, the pending job is written while the small one still syncs.
+    _append(store, model, b"B" * PIPELINE_MIN_BYTES)
+    await _until(lambda: len(gs.held) == 1)
+    _append(store, model, b"small")
+    await _until(lambda: len(gs.held) == 2)
+    _append(store, model, b"p" * PIPELINE_MIN_BYTES)
+    await _spin()
+    assert len(gs.held) == 2  # MAX_INFLIGHT
+    gs.complete(0)
+    await _until(lambda: len(gs.held) == 2)
+    assert not store._fl.flights[0].big and store._fl.flights[1].big
+    gs.complete(0)
+    gs.complete(0)
+    await _until(lambda: store.committed_seq == model.last_seq)
+    check_store(store, model)
+    await store.close()
 
 
 @pytest.mark.parametrize("compression", [False, True])
@@ -229,6 +288,7 @@ async def test_failed_sync_with_the_real_helper_fails_closed(tmp_path: Path) -> 
     assert isinstance(syncer, Syncer) and syncer.mode == "helper"
     gate = Gate(syncer)
     store = await FileStore.open(str(tmp_path / "s"), syncer=gate, auto_compact=False)
+    store._fl.pipeline_min = 0  # the job behind the failing one is written while it syncs
     seen: list[int] = []
     store.add_commit_listener(seen.append)
     store.append("a.b", b"", b"ok", 1)
@@ -317,6 +377,7 @@ async def test_roll_waits_until_nothing_is_in_flight(tmp_path: Path) -> None:
 
 
 async def _two_in_flight_more(store: FileStore, gs: GatedSync, model: Model) -> None:
+    store._fl.pipeline_min = 0  # pipelined behind any job
     n = len(gs.held)
     _append(store, model, b"p")
     await _until(lambda: len(gs.held) == n + 1)
@@ -382,6 +443,7 @@ async def test_pipelines_under_load_with_the_real_helper(tmp_path: Path, compres
     store = await FileStore.open(
         str(tmp_path / "s"), syncer=counting, segment_bytes=64 << 10, compression=compression
     )
+    store._fl.pipeline_min = 0  # small appends: pipelined behind any job
     seen: list[int] = []
     store.add_commit_listener(seen.append)
     model = Model()
