@@ -260,22 +260,7 @@ class Flusher:
         try:
             while st._failed is None:
                 pending = st._has_pending()
-                # ROLLS: a job with a roll is taken only when nothing else is in flight.
-                # PIPELINE: a second job only behind a big one, or with a batch already closed
-                # (full, or sealed for a replication fetch) or an open one of ``pipeline_min``
-                # bytes. Checked when the task looks again (a job written, a sync done): a
-                # growing open batch does not wake it.
-                if (
-                    pending
-                    and len(flights) < MAX_INFLIGHT
-                    and not (
-                        flights
-                        and (
-                            st._rolls
-                            or not (flights[-1].big or st._queue or st._ob.body >= self.pipeline_min)
-                        )
-                    )
-                ):
+                if pending and len(flights) < MAX_INFLIGHT and (not flights or self._may_follow()):
                     await self._start_job()
                     continue
                 if flights:
@@ -312,6 +297,18 @@ class Flusher:
             st._fail(exc)
         finally:
             self._drop()
+
+    def _may_follow(self) -> bool:
+        """Whether the next job may be written while the ones in flight are not committed yet.
+        ROLLS: a job with a roll only when nothing else is in flight. PIPELINE: behind a big
+        job, or with a batch already closed (full, or sealed for a replication fetch) or an
+        open one of ``pipeline_min`` bytes; otherwise the next job waits for the sync and then
+        takes everything pending. Asked when the task looks again (a job written, a sync
+        done): a growing open batch does not wake it."""
+        st = self._st
+        if st._rolls:
+            return False
+        return self.flights[-1].big or bool(st._queue) or st._ob.body >= self.pipeline_min
 
     async def _start_job(self) -> None:
         st = self._st
