@@ -616,6 +616,9 @@ async def test_a_slow_inline_sync_sends_later_ones_to_the_helper(
 async def test_a_failed_inline_sync_fails_the_store_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # No slow sync on a loaded machine may send the failing one to the helper instead (failed
+    # once in make test: the store then committed through the helper and never failed).
+    monkeypatch.setattr(syncer_mod, "INLINE_SLOW", 10.0)
     store = await FileStore.open(str(tmp_path / "s"))
     s = store.syncer
     assert isinstance(s, Syncer)
@@ -628,6 +631,7 @@ async def test_a_failed_inline_sync_fails_the_store_closed(
             raise OSError(errno.EIO, "injected")
 
         monkeypatch.setattr(os, "fdatasync", eio)  # this process only: the helper is untouched
+        monkeypatch.setattr(s.inline, "off_until", 0.0)  # no backoff left from the first commit
         store.append("k", b"", b"lost", time.time_ns())
         await _until(lambda: store.failed is not None)
         assert store.committed_seq == committed  # never acknowledged
