@@ -89,6 +89,8 @@ class NatsServer:
     extra_conf: str = ""
     leaf_conf: str = ""
     """Extra lines inside the ``leafnodes {}`` block (e.g. an ``authorization {}``)."""
+    jetstream_conf: str = ""
+    """Extra lines inside the ``jetstream {}`` block (e.g. ``sync_interval: always``)."""
     store_dir: str | None = None
     own_process_group: bool = False
     """Start the server in a process group of its own (``jetlog dev``): a Ctrl-C or a signal to
@@ -124,7 +126,8 @@ class NatsServer:
             lines.append(f"leafnodes {{ listen: {self.host}:{self.leaf_port}\n{self.leaf_conf}\n}}")
         if self.jetstream:
             sd = self.store_dir or os.path.join(workdir, "js")
-            lines.append(f'jetstream {{ store_dir: "{sd}" }}')
+            extra = f"\n{self.jetstream_conf}\n" if self.jetstream_conf else " "
+            lines.append(f'jetstream {{ store_dir: "{sd}"{extra}}}')
         lines.append("max_payload: 1048576")
         if self.extra_conf:
             lines.append(self.extra_conf)

@@ -42,17 +42,13 @@ def nats_cluster(tmp: str, n: int = 3, sync_always: bool = False) -> list[NatsSe
     routes = ",".join(f"nats-route://127.0.0.1:{p}" for p in ports)
     return [
         NatsServer(
-            jetstream=not sync_always,
+            jetstream=True,
             leafnode=False,
             store_dir=os.path.join(tmp, f"js{i}"),
             name=f"s{i}",
             client_port=clients[i],
-            extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}"
-            + (
-                f'\njetstream {{\n  store_dir: "{os.path.join(tmp, f"js{i}")}"\n  sync_interval: always\n}}'
-                if sync_always
-                else ""
-            ),
+            extra_conf=f"cluster {{ name: C, listen: 127.0.0.1:{p}, routes: [{routes}] }}",
+            jetstream_conf="sync_interval: always" if sync_always else "",
         )
         for i, p in enumerate(ports)
     ]
@@ -164,9 +160,12 @@ async def start(kind: str, tmp: str | None = None) -> Env:
             raise
         return r3
     if kind in ("nats", "nats-sync"):
-        sync = "\n  sync_interval: always" if kind == "nats-sync" else ""
-        conf = f'jetstream {{\n  store_dir: "{tmp}/js"{sync}\n}}'
-        srv = NatsServer(jetstream=False, leafnode=False, extra_conf=conf)
+        srv = NatsServer(
+            jetstream=True,
+            leafnode=False,
+            store_dir=f"{tmp}/js",
+            jetstream_conf="sync_interval: always" if kind == "nats-sync" else "",
+        )
         await srv.start()
         return Env(kind, srv.url, srv, tmp=tmp)
     srv = NatsServer(leafnode=True)

@@ -332,10 +332,10 @@ class Flusher:
         fl.res = res = write_job(st._io, job)
         # SIZES: the next job is written after this one, whether or not this one is committed.
         self.wsize = res.sizes[-1][1]
-        fl.big = self.wsize - job.size >= self.pipeline_min
+        nbytes = self.wsize - job.size
+        fl.big = nbytes >= self.pipeline_min
         if job.sync:
             # Requested only now that the whole job is written: the sync covers all of it.
-            nbytes = self.wsize - job.size
             small = len(fl.recs) <= INLINE_SYNC_MAX_RECORDS and nbytes <= INLINE_SYNC_MAX_BYTES
             bulk = not small and nbytes <= INLINE_BULK_MAX_BYTES
             inline = self._inline if len(self.flights) == 1 and (small or bulk) else None
