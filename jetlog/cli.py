@@ -102,7 +102,7 @@ async def _serve_until_signal(
             await node.stop()
         raise
     finally:
-        gc.enable()  # after ``_gc_quiet_start``
+        _gc_serve()  # after ``_gc_quiet_start``
     if on_ready is not None and not stop.is_set():
         on_ready()
     await stop.wait()
@@ -117,6 +117,23 @@ def _gc_quiet_start() -> None:
     of objects, almost none of them garbage, and the collector's passes over them were ~6 %
     of a restart's CPU. What a start leaves in cycles is collected once it is enabled."""
     gc.disable()
+
+
+GC_YOUNG = 20_000
+"""Net allocations between two collections of the youngest generation while the node serves
+(CPython's default: 700). The node's own objects hold few reference cycles, and what a busy
+node allocates lives for a message or a request, long enough to be caught in a young collection
+and promoted: 200 R3 streams under pipelined publishes made 470 young collections per node in
+15 s that freed nothing and cost ~0.5 s of its ~8 s of CPU (~7 % in ``perf``); with 20,000, 3-4
+collections of ~10 ms each. The cycles a node does leave (a traceback, a cancelled task's
+future) are still collected, at most this many allocations later."""
+
+
+def _gc_serve() -> None:
+    """Cyclic garbage collection for a serving node: on again (``_gc_quiet_start`` held it off
+    during the start), with the youngest generation collected every ``GC_YOUNG`` allocations."""
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    gc.enable()
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -117,25 +117,31 @@ class _Node:
 
 @pytest.mark.parametrize("fail", [False, True])
 async def test_cyclic_gc_is_off_while_a_node_starts_and_on_after(fail: bool) -> None:
+    """Off during the start; on after it, with the young generation collected every
+    ``GC_YOUNG`` allocations instead of CPython's 700 (the older generations' thresholds kept)."""
     import asyncio
     import gc
 
-    from jetlog.cli import _gc_quiet_start, _serve_until_signal
+    from jetlog.cli import GC_YOUNG, _gc_quiet_start, _serve_until_signal
 
     node = _Node(fail)
     stop = asyncio.Event()
     ready: list[bool] = []
     assert gc.isenabled()
+    before = gc.get_threshold()
+    assert before[0] != GC_YOUNG
     _gc_quiet_start()
     try:
         stop.set()  # return at once after the start
         rc = await _serve_until_signal(node, lambda: ready.append(gc.isenabled()), stop)
         assert node.gc_during_start is False
         assert gc.isenabled()
+        assert gc.get_threshold() == (GC_YOUNG, *before[1:])
         assert rc == (1 if fail else 0) and node.stopped
         assert ready == []  # the stop was already requested: no "ready" line
     finally:
         gc.enable()
+        gc.set_threshold(*before)
 
 
 async def test_a_start_failing_otherwise_still_stops_the_node_before_it_propagates() -> None:
