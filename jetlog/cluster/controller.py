@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -73,12 +74,19 @@ class Controller:
         alive: Callable[[str], bool],
         isolated: Callable[[], bool] = lambda: False,
         fresh: Callable[[], bool] = lambda: True,
+        unconfirmed: Callable[[str, float], bool] = lambda node, since: False,
+        in_contact: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.raft = raft
         self.state = state
-        self.alive = alive
+        self._alive = alive
         self.isolated = isolated
         self.fresh = fresh
+        self._unconfirmed = unconfirmed
+        self.in_contact = in_contact
+        self._clock = clock
+        self._since = 0.0
         self.active = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -98,6 +106,13 @@ class Controller:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+    def alive(self, node: str) -> bool:
+        """Alive for this controller's decisions: alive, or gone only on word it gave before
+        this controller became active (Liveness.unconfirmed_loss). After an election every
+        member has just said it lost Raft; moving streams off them on that would move every
+        stream of a healthy cluster (and open a window of "no responders" for each)."""
+        return self._alive(node) or self._unconfirmed(node, self._since)
 
     def poke(self) -> None:
         """Something changed (liveness, metadata, leadership): run a pass soon."""
@@ -122,12 +137,19 @@ class Controller:
                 if not self.raft.is_leader:
                     continue
                 self.active = True
+                self._since = self._clock()
                 log.info("controller active (Raft leader, term %s)", self.raft.term)
             if self.isolated():
                 # Raft works but NATS shows nobody: this node cannot tell who is alive (it is
                 # the one cut off), so it must not be the one deciding. Hand Raft leadership
                 # to a member that sees the others.
                 await self._resign()
+                continue
+            if not self.in_contact():
+                # Our own Raft majority has been quiet for a while: the whole group may be
+                # losing contact (an outage, an election), and every member then says it lost
+                # Raft. A decision taken on that now cannot commit, but may be kept and commit
+                # after the group heals: a stale election that moved a healthy stream's leader.
                 continue
             if not self.fresh():
                 # No heartbeat from anyone just now: our own NATS link may be the one going

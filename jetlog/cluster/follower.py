@@ -107,6 +107,10 @@ class StreamFollower:
         """A follower never writes on its own."""
         return False
 
+    def unanswered_error(self) -> ApiError | None:
+        """A follower holds no publishes."""
+        return None
+
     def lease_until(self) -> float | None:
         """A follower runs no consumers: no lease to keep."""
         return math.inf

@@ -193,18 +193,22 @@ class StreamLeader(FetchReplies):
         self._recompute()
 
     def publish_error(self) -> ApiError | None:
-        """Refuse publishes at once when the ISR is below ``min_insync``, or when this node lost
-        the Raft group and hears no other member (nobody else can answer them)."""
+        """Refuse publishes at once when the ISR is below ``min_insync``."""
         if len(self.isr) < self.min_insync or self.node not in self.isr:
-            return E.CLUSTER_NOT_AVAIL()
-        if self._fenced():
             return E.CLUSTER_NOT_AVAIL()
         return None
 
     def fenced(self) -> bool:
-        """Lost the Raft group while other members are alive: stop acting as leader at once and
-        answer nothing (another node may lead now; see ``Stream.process``)."""
-        return self._fenced() and not self._alone()
+        """Lost the Raft group: stop acting as leader at once and answer nothing that another
+        leader could contradict. Publishes wait for the fence to lift (``stream/held.py``):
+        most fences are elections among live members, after which this node still leads."""
+        return self._fenced()
+
+    def unanswered_error(self) -> ApiError | None:
+        """A held publish that cannot wait longer: answered "temporarily unavailable" when no
+        other member is heard (nobody else can answer it), else dropped unanswered (another
+        node may lead by now and answer it, or its client retries)."""
+        return E.CLUSTER_NOT_AVAIL() if self._alone() else None
 
     def deliveries_held(self) -> bool:
         """Consumer deliveries wait while no in-sync follower has shown for ``hold_after``
@@ -499,6 +503,9 @@ class StreamLeader(FetchReplies):
         if self._closed:
             return
         self._leo_history.append((self._clock(), self.store.log_end()))
+        # Publishes held while fenced: handled once the fence lifts even if no new one comes
+        # (``stream/held.py``); dropped when held too long.
+        self.stream.release_held()
         self._update_hold()
         self._expire_parked()
         self._check_isr()

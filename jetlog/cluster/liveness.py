@@ -114,6 +114,17 @@ class Liveness:
             now - t <= limit for m, t in self._seen.items() if m != self.node and m in self._incarnations
         )
 
+    def unconfirmed_loss(self, node: str, since: float) -> bool:
+        """``node`` counts as gone only on what it said before ``since``: it is heard (within
+        the timeout), but its latest heartbeat, received before ``since``, said it had lost the
+        Raft group or an upstream link. A Raft leadership that began at ``since`` must not act
+        on that yet: in an election every member loses Raft contact for a moment and says so,
+        and the next heartbeat (one interval) tells whether it is back."""
+        if node == self.node or self._ok.get(node, True):
+            return False
+        seen = self._seen.get(node)
+        return seen is not None and seen < since and self._clock() - seen <= self.timeout
+
     def alive_nodes(self) -> list[str]:
         """Every member currently alive, in member order."""
         return [m for m in self.members if self.alive(m)]

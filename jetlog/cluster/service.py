@@ -88,7 +88,13 @@ class ClusterNode(ClusterViews):
             links_ok=lambda: bool(node.client.connected and node.leaf.connected),
         )
         self.controller = Controller(
-            self.raft, self.state, self.liveness.alive, self._nats_isolated, self.liveness.heard_recently
+            self.raft,
+            self.state,
+            self.liveness.alive,
+            self._nats_isolated,
+            self.liveness.heard_recently,
+            self.liveness.unconfirmed_loss,
+            lambda: self.raft.seconds_since_leader_contact() <= cfg.cluster.node_timeout / 2,
         )
         self.reconciler: Reconciler | None = None
         self.router: Router | None = None
@@ -361,8 +367,11 @@ class ClusterNode(ClusterViews):
 
     def _nats_isolated(self) -> bool:
         """No other member's heartbeat for a node timeout while Raft still works: this node's
-        NATS links are the ones cut (were the others gone, Raft would have no quorum)."""
-        return self.alone() and self.raft.has_quorum
+        NATS links are the ones cut (were the others gone, Raft would have no quorum). Heard
+        at all, not alive: right after an election the others' latest heartbeats still say
+        they lost Raft, and a new Raft leader that read that as isolation handed leadership
+        over again and again (12 terms in 0.13 s after a Raft outage)."""
+        return not self.liveness.heard_recently(self.liveness.timeout) and self.raft.has_quorum
 
     def alone(self) -> bool:
         """No other member is heard (heartbeats): nobody else could answer a request."""

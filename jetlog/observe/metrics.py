@@ -42,6 +42,13 @@ class _Stats(Protocol):
     def pubacks(self) -> int: ...
 
 
+class _Held(Protocol):
+    @property
+    def held(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+
+
 class _Stream(Protocol):
     @property
     def store(self) -> _Store: ...
@@ -49,6 +56,8 @@ class _Stream(Protocol):
     def committed_seq(self) -> int: ...
     @property
     def stats(self) -> _Stats: ...
+    @property
+    def held(self) -> _Held: ...
 
 
 class _Catalog(Protocol):
@@ -110,6 +119,17 @@ class NodeCollector(Collector):
             "PubAcks issued (each sent once its message is committed)",
             labels=["stream"],
         )
+        fence_held = CounterMetricFamily(
+            "jetlog_stream_fence_held",
+            "Publishes a fenced leader held (lost Raft contact) to handle once the fence lifted",
+            labels=["stream"],
+        )
+        fence_dropped = CounterMetricFamily(
+            "jetlog_stream_fence_dropped",
+            "Publishes held while fenced and dropped unanswered (held too long, too many bytes, "
+            "or the node was deposed meanwhile: the new leader answers them or clients retry)",
+            labels=["stream"],
+        )
         scrubbed = CounterMetricFamily(
             "jetlog_scrub_segments",
             "Segments a lazy open trusted, checked since by the background scrub (result: ok or "
@@ -133,7 +153,10 @@ class NodeCollector(Collector):
                 dups.add_metric([name], s.stats.duplicates)
                 rejected.add_metric([name], s.stats.rejected)
                 pubacks.add_metric([name], s.stats.pubacks)
+                fence_held.add_metric([name], s.held.held)
+                fence_dropped.add_metric([name], s.held.dropped)
         yield from (msgs, nbytes, last, committed, received, stored, dups, rejected, pubacks, scrubbed)
+        yield from (fence_held, fence_dropped)
         yield from _consumer_families(streams)
         yield from _fsync_family()
         yield from _fsync_where_family()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import JetlogError
 from jetlog.stream.commit import StreamCommit
+from jetlog.stream.held import HeldCaptures
 from jetlog.stream.seams import FOLLOWER, StreamStats
 
 log = logging.getLogger("jetlog.stream")
@@ -42,6 +43,7 @@ class StreamRuns(StreamCommit):
     stats: StreamStats
     failed: JetlogError | None
     last_msg_id: str
+    held: HeldCaptures
 
     if TYPE_CHECKING:  # defined by ``Stream``
 
@@ -64,10 +66,9 @@ class StreamRuns(StreamCommit):
         )
         repl = self.repl
         if not slow and repl is not None:
-            if repl.fenced():
-                self.stats.received += len(events)
-                return  # another node may lead by now: it answers (see ``process``)
-            slow = repl.publish_error() is not None
+            # Fenced, or holding what came while fenced: one by one through ``process``, which
+            # holds them, in order, behind the held ones (``stream/held.py``).
+            slow = bool(self.held) or repl.fenced() or repl.publish_error() is not None
         if slow:
             for ev in events:
                 self.process(ev[1], ev[2], ev[3], ev[4])

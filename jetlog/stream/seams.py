@@ -48,8 +48,15 @@ class Replication(Protocol):
 
     def fenced(self) -> bool:
         """True while this replica must not act as the leader (it lost the Raft group: another
-        node may lead by now). Publishes are then dropped without an answer — the real leader
-        answers them."""
+        node may lead by now). Publishes are then held unanswered for a few seconds and handled
+        once the fence lifts, or dropped when this node turns out deposed: the real leader
+        answers them (``stream/held.py``)."""
+        ...
+
+    def unanswered_error(self) -> ApiError | None:
+        """While fenced: the error to answer a publish that cannot wait any longer with (held
+        past ``stream.held.HOLD_MAX``, or beyond its bytes), or None to drop it unanswered
+        because another node may lead by now and answer it."""
         ...
 
     def lease_until(self) -> float | None:

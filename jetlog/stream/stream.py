@@ -26,6 +26,7 @@ from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.stream.dedup import DedupWindow, warm_up
+from jetlog.stream.held import Held, HeldCaptures
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
 from jetlog.stream.runs import U64, StreamRuns
 from jetlog.stream.seams import (
@@ -50,6 +51,7 @@ log = logging.getLogger("jetlog.stream")
 _log_task_failure = failure_logger(log, "background task")
 
 MAX_HDR = 65535
+monotonic = time.monotonic  # the held publishes' clock (tests replace it)
 
 
 class Stream(StreamRuns):
@@ -81,6 +83,7 @@ class Stream(StreamRuns):
         self.failed: JetlogError | None = None
         # (ticket, subject, payload, hdr): sent once committed_seq >= ticket, in order.
         self._pending: deque[tuple[int, str, bytes, bytes]] = deque()
+        self.held = HeldCaptures()  # captures waiting for this leader's fence to lift
         self._stored_listeners: list[StoredListener] = []
         self.consumers: ConsumerSet | None = None
         self._interest: Callable[[str], bool] | None = None
@@ -152,6 +155,10 @@ class Stream(StreamRuns):
         self._pending.clear()
         if dropped:
             log.info("stream %s: no longer leader, %d unconfirmed acks dropped", self.name, dropped)
+        # Held while fenced: the new leader answers publishes now (or their clients retry).
+        held = self.held.clear()
+        if held:
+            log.info("stream %s: no longer leader, %d publishes held while fenced dropped", self.name, held)
         await self._stop_expiry()
         await self._stop_dedup_warmup()
         seal = getattr(self.store, "seal", None)
@@ -276,13 +283,22 @@ class Stream(StreamRuns):
         """
         if self.role == FOLLOWER:
             return  # every replica captures; only the leader appends (docs/cluster.md §4)
+        repl = self.repl
+        if repl is not None:
+            if repl.fenced():
+                self._hold(repl, subject, reply, hdr, data)
+                return
+            if self.held:
+                # The fence lifted: what was held goes first, in arrival order.
+                self.release_held()
+                if self.held:  # fenced again meanwhile: this one waits behind them
+                    self._hold(repl, subject, reply, hdr, data)
+                    return
         respond = bool(reply) and not self.policy.no_ack
         stats = self.stats
         stats.received += 1
-        if self.repl is not None:
-            if self.repl.fenced():
-                return
-            refused = self.repl.publish_error()
+        if repl is not None:
+            refused = repl.publish_error()
             if refused is not None:
                 stats.rejected += 1
                 if respond:
@@ -309,6 +325,51 @@ class Stream(StreamRuns):
             stats.pubacks += 1
             body = encode_puback(self.name, seq, duplicate, self.domain)
             self._queue(self.store.last_seq, reply, body)  # type: ignore[arg-type]
+
+    def release_held(self) -> None:
+        """Handle the publishes held while this leader was fenced (``stream/held.py``), in
+        order, once the fence has lifted; while it holds, only give up on those held too long.
+        Called on each capture and on the leader's tick."""
+        held = self.held
+        if not held:
+            return
+        repl = self.repl
+        if self.role != LEADER or repl is None:
+            held.clear()
+            return
+        self._give_up(repl, held.expire(monotonic()))
+        if repl.fenced():
+            return
+        for _, subject, reply, hdr, data in held.take():
+            self.process(subject, reply, hdr, data)
+
+    def _hold(self, repl: Replication, subject: str, reply: str | None, hdr: bytes, data: bytes) -> None:
+        now = monotonic()
+        held = self.held
+        if held:
+            self._give_up(repl, held.expire(now))
+        if not held.hold(now, subject, reply, hdr, data):
+            self._give_up(repl, [(now, subject, reply, hdr, data)])
+
+    def _give_up(self, repl: Replication, gone: list[Held]) -> None:
+        """Held publishes that are not stored: answered with ``repl.unanswered_error()`` (nobody
+        else can answer them), or dropped unanswered (another node may lead and answer)."""
+        if not gone:
+            return
+        self.stats.received += len(gone)
+        err = repl.unanswered_error()
+        if err is None:
+            log.info("stream %s: %d publishes held while fenced dropped unanswered", self.name, len(gone))
+            return
+        body = self._error_ack(err)
+        if not self.policy.no_ack:
+            for _, _, reply, _, _ in gone:
+                if reply:
+                    self.out.send(reply, body)
+        self.stats.rejected += len(gone)
+        log.info(
+            "stream %s: %d publishes held while fenced refused (%s)", self.name, len(gone), err.description
+        )
 
     def _error_ack(self, err: ApiError) -> bytes:
         return encode_puback_error(self.name, err, self.domain)

@@ -188,6 +188,9 @@ class Repl:
     async def sync(self) -> None:
         return None
 
+    def unanswered_error(self) -> ApiError | None:
+        return None
+
     def fenced(self) -> bool:
         return self._fenced
 
@@ -286,7 +289,9 @@ async def test_follower_fenced_and_refusing_leaders(tmp_path: Path) -> None:
     fenced, out_x = await _stream(tmp_path / "x")
     fenced.role, fenced.repl = LEADER, Repl(fenced=True)
     fenced.process_run(events)
-    assert fenced.store.last_seq == 0 and out_x.sent == [] and fenced.stats.received == 5
+    # Held, unanswered, until the fence lifts (tests/unit/test_fence_hold.py).
+    assert fenced.store.last_seq == 0 and out_x.sent == [] and fenced.stats.received == 0
+    assert len(fenced.held) == 5
 
     refusing, out_r = await _stream(tmp_path / "r")
     refusing.role, refusing.repl = LEADER, Repl(error=E.CLUSTER_NOT_AVAIL())

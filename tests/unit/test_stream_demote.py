@@ -40,6 +40,9 @@ class NoQuorum:
     async def sync(self) -> None:
         return None
 
+    def unanswered_error(self) -> ApiError | None:
+        return None
+
     def fenced(self) -> bool:
         return False
 
