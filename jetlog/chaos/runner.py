@@ -305,25 +305,33 @@ def _save_history(h: History, path: str) -> None:
 
 
 def failover_times(applied: list[Applied], ack_times: list[float], min_gap: float = 0.2) -> list[float]:
-    """For each fault that hit the stream leader: seconds from the fault to the first
-    acknowledgement after the longest silence (no ack for at least ``min_gap``) that began
-    after it, while the fault still held. A cut-off leader may go on acknowledging until it
-    fences itself, so the first ack after the fault is not the failover. A fault healed before
-    acks resumed counts none."""
+    """For each fault that hit the stream leader: :func:`failover_time` while it held. A fault
+    healed before acks resumed counts none."""
     out = []
     for a in applied:
         if not a.was_leader:
             continue
-        inside = [t for t in ack_times if a.t_apply < t < a.t_heal]
-        best = (0.0, 0.0)  # (gap, end)
-        prev = a.t_apply
-        for t in inside:
-            if t - prev > best[0]:
-                best = (t - prev, t)
-            prev = t
-        if best[0] >= min_gap:
-            out.append(best[1] - a.t_apply)
+        t = failover_time(a.t_apply, a.t_heal, ack_times, min_gap)
+        if t is not None:
+            out.append(t)
     return out
+
+
+def failover_time(t_fault: float, t_end: float, ack_times: list[float], min_gap: float = 0.2) -> float | None:
+    """Seconds from ``t_fault`` to the first acknowledgement after the longest silence (no ack
+    for at least ``min_gap``) that began after it, among the acks (sorted arrival times)
+    before ``t_end``; None without such a silence. Not the first ack after the fault: acks
+    already in flight arrive after it, and a cut-off leader may go on acknowledging until it
+    fences itself."""
+    best = (0.0, 0.0)  # (gap, end)
+    prev = t_fault
+    for t in ack_times:
+        if not t_fault < t < t_end:
+            continue
+        if t - prev > best[0]:
+            best = (t - prev, t)
+        prev = t
+    return best[1] - t_fault if best[0] >= min_gap else None
 
 
 async def _true(v: bool) -> bool:

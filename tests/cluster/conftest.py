@@ -13,6 +13,7 @@ import msgspec
 import nats
 import pytest
 
+from jetlog.chaos.runner import failover_time
 from jetlog.devcluster import LocalCluster
 from jetlog.embedded import NatsServer
 
@@ -104,3 +105,22 @@ def node_metrics(http: str) -> dict[str, float]:
         for line in text.splitlines()
         if line and not line.startswith("#")
     }
+
+
+async def failover_gap(pubs: Any, t_fault: float, timeout: float = 15.0) -> float:
+    """Seconds from ``t_fault`` to the first PubAck after the longest silence since (the chaos
+    checker's measure, ``failover_time``), once 20 acks have followed it. Call it once the new
+    leader is known: the first ack after the fault would count acks already in flight, or a
+    cut-off leader's acks until it fences itself (a "0.05 s" failover)."""
+    got: list[float] = []
+
+    async def flowing() -> bool:
+        acks = sorted(t for p in pubs for t in p.ack_times)
+        gap = failover_time(t_fault, time.monotonic(), acks)
+        if gap is None or sum(1 for t in acks if t >= t_fault + gap) < 20:
+            return False
+        got[:] = [gap]
+        return True
+
+    await wait_for(flowing, timeout, "acks flowing again after the fault")
+    return got[0]

@@ -15,7 +15,7 @@ from jetlog.chaos.proxy import FaultProxy
 from jetlog.devcluster import LocalCluster
 from jetlog.embedded import NatsServer
 
-from .conftest import stream_info, wait_for
+from .conftest import failover_gap, stream_info, wait_for
 from .workload import check_acked, read_replica, run_publishers, stop_publishers
 
 pytestmark = pytest.mark.slow
@@ -36,14 +36,6 @@ async def _current(nc: nats.NATS, leader: str) -> bool:
         and len(reps) == 2
         and all(r["current"] and r.get("lag", 1) == 0 for r in reps)
     )
-
-
-async def _first_ack_after(pubs, t0: float, timeout: float = 15.0) -> float:  # type: ignore[no-untyped-def]
-    async def resumed() -> bool:
-        return any(t > t0 + 0.05 for p in pubs for t in p.ack_times[-3:])
-
-    await wait_for(resumed, timeout, "acks after the fault")
-    return min(t for p in pubs for t in p.ack_times if t > t0 + 0.05) - t0
 
 
 async def _verify(cluster: LocalCluster, pubs) -> None:  # type: ignore[no-untyped-def]
@@ -69,10 +61,10 @@ async def test_leader_cut_from_raft(upstream: NatsServer, tmp_path, make_cluster
         await _fault(nc, leader, others)
         for o in others:
             await _fault(nc, o, [leader])
-        gap = await _first_ack_after(pubs, t0)
-        print(f"raft partition: first ack {gap:.2f}s after the cut")
-        assert gap < 5.0
         new_leader = await _wait_new_leader(nc, leader)
+        gap = await failover_gap(pubs, t0)
+        print(f"raft partition: acks resumed {gap:.2f}s after the cut")
+        assert gap < 5.0
         await asyncio.sleep(0.5)
         await _fault(nc, leader, [])
         for o in others:
@@ -124,12 +116,12 @@ async def test_leader_nats_links_blocked(
         for p in proxies[i]:
             p.block()
         try:
-            gap = await _first_ack_after(pubs, t0)
+            new_leader = await _wait_new_leader(nc, leader)
+            gap = await failover_gap(pubs, t0)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{cluster.log_tail()}") from None
-        print(f"NATS partition: first ack {gap:.2f}s after the cut")
+        print(f"NATS partition: acks resumed {gap:.2f}s after the cut")
         assert gap < 5.0
-        new_leader = await _wait_new_leader(nc, leader)
         await asyncio.sleep(0.5)
         for p in proxies[i]:
             p.heal()
