@@ -114,6 +114,12 @@ class Liveness:
             now - t <= limit for m, t in self._seen.items() if m != self.node and m in self._incarnations
         )
 
+    def hears_anyone(self) -> bool:
+        """Some other member's heartbeat arrived within the timeout, whatever it said (a member
+        not heard from yet counts as heard for one timeout after this node's start)."""
+        now = self._clock()
+        return any(now - t <= self.timeout for m, t in self._seen.items() if m != self.node)
+
     def unconfirmed_loss(self, node: str, since: float) -> bool:
         """``node`` counts as gone only on what it said before ``since``: it is heard (within
         the timeout), but its latest heartbeat, received before ``since``, said it had lost the

@@ -371,7 +371,7 @@ class ClusterNode(ClusterViews):
         at all, not alive: right after an election the others' latest heartbeats still say
         they lost Raft, and a new Raft leader that read that as isolation handed leadership
         over again and again (12 terms in 0.13 s after a Raft outage)."""
-        return not self.liveness.heard_recently(self.liveness.timeout) and self.raft.has_quorum
+        return not self.liveness.hears_anyone() and self.raft.has_quorum
 
     def alone(self) -> bool:
         """No other member is heard (heartbeats): nobody else could answer a request."""

@@ -46,9 +46,23 @@ def test_a_loss_said_before_since_is_unconfirmed_until_the_next_heartbeat() -> N
     now[0] = 10.7
     _beat(lv, "n2", True)
     assert lv.alive("n2") and not lv.unconfirmed_loss("n2", 10.5)
+    assert lv.hears_anyone()  # heard, whatever it said
     now[0] = 12.0  # silent past the timeout: gone, and not "unconfirmed"
     assert not lv.unconfirmed_loss("n2", 11.9)
     assert not lv.unconfirmed_loss("n1", 99.0)  # never about itself
+    assert not lv.hears_anyone()
+
+
+def test_a_member_not_heard_yet_counts_as_heard_for_one_timeout_after_start() -> None:
+    # A node that just started must not take itself for cut off before anyone could beat.
+    now = [5.0]
+    lv = Liveness(
+        Quiet(), "hb", "n1", ["n1", "n2", "n3"], timeout=1.0, raft_ok=lambda: True, clock=lambda: now[0]
+    )
+    now[0] = 5.9
+    assert lv.hears_anyone()
+    now[0] = 6.1
+    assert not lv.hears_anyone()
 
 
 class Raft:
