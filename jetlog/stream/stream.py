@@ -52,6 +52,8 @@ _log_task_failure = failure_logger(log, "background task")
 
 MAX_HDR = 65535
 monotonic = time.monotonic  # the held publishes' clock (tests replace it)
+GAVE_UP_SAID_EVERY = 5.0
+"""Seconds between log lines about held publishes given up on (the counters count each)."""
 
 
 class Stream(StreamRuns):
@@ -84,6 +86,7 @@ class Stream(StreamRuns):
         # (ticket, subject, payload, hdr): sent once committed_seq >= ticket, in order.
         self._pending: deque[tuple[int, str, bytes, bytes]] = deque()
         self.held = HeldCaptures()  # captures waiting for this leader's fence to lift
+        self._gave_up_said = -GAVE_UP_SAID_EVERY
         self._stored_listeners: list[StoredListener] = []
         self.consumers: ConsumerSet | None = None
         self._interest: Callable[[str], bool] | None = None
@@ -358,18 +361,23 @@ class Stream(StreamRuns):
             return
         self.stats.received += len(gone)
         err = repl.unanswered_error()
-        if err is None:
-            log.info("stream %s: %d publishes held while fenced dropped unanswered", self.name, len(gone))
-            return
-        body = self._error_ack(err)
-        if not self.policy.no_ack:
-            for _, _, reply, _, _ in gone:
-                if reply:
-                    self.out.send(reply, body)
-        self.stats.rejected += len(gone)
-        log.info(
-            "stream %s: %d publishes held while fenced refused (%s)", self.name, len(gone), err.description
-        )
+        if err is not None:
+            body = self._error_ack(err)
+            if not self.policy.no_ack:
+                for _, _, reply, _, _ in gone:
+                    if reply:
+                        self.out.send(reply, body)
+            self.stats.rejected += len(gone)
+        # Once per GAVE_UP_SAID_EVERY at most: a long fence gives up on a publish per capture.
+        now = monotonic()
+        if now - self._gave_up_said >= GAVE_UP_SAID_EVERY:
+            self._gave_up_said = now
+            log.info(
+                "stream %s: publishes held while fenced given up on (%d since start): %s",
+                self.name,
+                self.held.dropped,
+                "dropped unanswered" if err is None else f"answered {err.description!r}",
+            )
 
     def _error_ack(self, err: ApiError) -> bytes:
         return encode_puback_error(self.name, err, self.domain)
