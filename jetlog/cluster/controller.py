@@ -76,7 +76,6 @@ class Controller:
         fresh: Callable[[], bool] = lambda: True,
         unconfirmed: Callable[[str, float], bool] = lambda node, since: False,
         in_contact: Callable[[], bool] = lambda: True,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.raft = raft
         self.state = state
@@ -85,8 +84,7 @@ class Controller:
         self.fresh = fresh
         self._unconfirmed = unconfirmed
         self.in_contact = in_contact
-        self._clock = clock
-        self._since = 0.0
+        self._since = 0.0  # when this controller last became active (``time.monotonic``)
         self.active = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -137,7 +135,7 @@ class Controller:
                 if not self.raft.is_leader:
                     continue
                 self.active = True
-                self._since = self._clock()
+                self._since = time.monotonic()  # the clock of Liveness.unconfirmed_loss
                 log.info("controller active (Raft leader, term %s)", self.raft.term)
             if self.isolated():
                 # Raft works but NATS shows nobody: this node cannot tell who is alive (it is

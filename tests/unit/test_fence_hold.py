@@ -4,7 +4,6 @@ once the fence lifts (on the next capture or the leader's tick); dropped at a de
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from jetlog.stream.config import normalize_stream_config, validate_stream_config
 from jetlog.stream.held import HOLD_BYTES, HOLD_MAX, HeldCaptures
 from jetlog.stream.stream import LEADER, Stream
 from jetlog.wire import leaf as wire
-from tests.unit.test_stream_demote import Out
+from tests.unit.test_stream_demote import NoQuorum, Out
 
 # ---- the hold itself (pure) -----------------------------------------------------------------
 
@@ -80,11 +79,12 @@ def test_expire_then_take_split_the_held_in_order(steps: list[tuple[float, bytes
 # ---- a stream leader --------------------------------------------------------------------------
 
 
-class Fence:
+class Fence(NoQuorum):
     """A leader's replication side whose followers confirm at once; fenced at will, and
     ``alone`` (no other member heard) at will."""
 
     def __init__(self, stream: Stream) -> None:
+        super().__init__()
         self.stream = stream
         self.is_fenced = False
         self.alone = False
@@ -95,20 +95,8 @@ class Fence:
     def on_durable(self, seq: int) -> None:
         self.stream.advance(seq)
 
-    def publish_error(self) -> ApiError | None:
-        return None
-
-    async def sync(self) -> None:
-        return None
-
     def fenced(self) -> bool:
         return self.is_fenced
-
-    def lease_until(self) -> float | None:
-        return math.inf
-
-    def committed_wanted(self) -> None:
-        return None
 
 
 @pytest.fixture
