@@ -108,17 +108,22 @@ class Liveness:
     def heard_recently(self, within: float | None = None) -> bool:
         """Some other member's heartbeat arrived within ``within`` (default 2.5 intervals):
         evidence that this node's own NATS link works right now."""
-        limit = within if within is not None else 2.5 * self.interval
-        now = self._clock()
-        return any(
-            now - t <= limit for m, t in self._seen.items() if m != self.node and m in self._incarnations
-        )
+        return self._heard_within(within if within is not None else 2.5 * self.interval, grace=False)
 
     def hears_anyone(self) -> bool:
         """Some other member's heartbeat arrived within the timeout, whatever it said (a member
         not heard from yet counts as heard for one timeout after this node's start)."""
+        return self._heard_within(self.timeout, grace=True)
+
+    def _heard_within(self, limit: float, *, grace: bool) -> bool:
+        """Another member heard within ``limit`` seconds; ``grace``: one not heard from yet
+        counts from this node's start (its ``_seen`` entry), else only a real heartbeat."""
         now = self._clock()
-        return any(now - t <= self.timeout for m, t in self._seen.items() if m != self.node)
+        return any(
+            now - t <= limit
+            for m, t in self._seen.items()
+            if m != self.node and (grace or m in self._incarnations)
+        )
 
     def unconfirmed_loss(self, node: str, since: float) -> bool:
         """``node`` counts as gone only on what it said before ``since``: it is heard (within

@@ -26,6 +26,7 @@ from jetlog.errors import JetlogError, StorageError
 from jetlog.fsutil import fsync_dir, write_atomic
 from jetlog.log.fileopen import RecoveredDir
 from jetlog.log.store import MsgStore
+from jetlog.stream.held import HoldBudget
 from jetlog.stream.preload import Discardable, Preloaded, preload
 from jetlog.stream.stream import FOLLOWER, Outbound, Stream
 from jetlog.wire.subjects import SubjectOwners, collide
@@ -110,6 +111,8 @@ class StreamManager:
         # argument: a start reads every stream's in its load thread.
         self.read_consumers = read_consumers
         self.streams: dict[str, Stream] = {}
+        # What all fenced leaders of this node hold together (``stream/held.py``).
+        self.hold_budget = HoldBudget()
         # Every open stream's subjects, kept beside ``streams`` (each place that adds, removes
         # or reconfigures a stream updates both) for the overlap check of a create.
         self._owners = SubjectOwners()
@@ -325,7 +328,9 @@ class StreamManager:
                 # reply). Opened without one, it could rewrite a tail it is then truncated
                 # into, or positions a follower of it still fetches (docs/cluster.md §4).
                 store.compact_floor = 0
-            stream = Stream(config, store, created, self.out, domain=self.domain)
+            stream = Stream(
+                config, store, created, self.out, domain=self.domain, hold_budget=self.hold_budget
+            )
             await stream.start(role, None)
             self._register(stream)
             self.offline.pop(config.name, None)
@@ -388,7 +393,7 @@ class StreamManager:
         store = await self._open_store(config, recovered=pre.store if pre is not None else None)
         if pre is not None:
             pre.store = None  # the store owns the directory lock now
-        stream = Stream(config, store, created, self.out, domain=self.domain)
+        stream = Stream(config, store, created, self.out, domain=self.domain, hold_budget=self.hold_budget)
         await stream.start()
         if self.attach_consumers is not None:
             # Consumer state lives beside the log (memory streams keep none on disk).

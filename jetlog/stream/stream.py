@@ -26,7 +26,7 @@ from jetlog.api.models import encode_puback, encode_puback_error
 from jetlog.errors import ApiError, E, JetlogError
 from jetlog.log.store import MsgStore, StoredMsg
 from jetlog.stream.dedup import DedupWindow, warm_up
-from jetlog.stream.held import Held, HeldCaptures
+from jetlog.stream.held import Held, HeldCaptures, HoldBudget
 from jetlog.stream.policy import StreamPolicy, parse_ttl_seconds
 from jetlog.stream.runs import U64, StreamRuns
 from jetlog.stream.seams import (
@@ -68,7 +68,10 @@ class Stream(StreamRuns):
         *,
         clock: Callable[[], int] = time.time_ns,
         domain: str | None = None,
+        hold_budget: HoldBudget | None = None,
     ) -> None:
+        """``hold_budget``: the node's bytes for publishes held while fenced, shared by its
+        streams (``StreamManager.hold_budget``; a budget of its own if None)."""
         self.config = config
         self.name: str = config.name
         self.store = store
@@ -85,7 +88,7 @@ class Stream(StreamRuns):
         self.failed: JetlogError | None = None
         # (ticket, subject, payload, hdr): sent once committed_seq >= ticket, in order.
         self._pending: deque[tuple[int, str, bytes, bytes]] = deque()
-        self.held = HeldCaptures()  # captures waiting for this leader's fence to lift
+        self.held = HeldCaptures(hold_budget)  # captures waiting for this leader's fence to lift
         self._gave_up_said = -GAVE_UP_SAID_EVERY
         self._stored_listeners: list[StoredListener] = []
         self.consumers: ConsumerSet | None = None

@@ -61,8 +61,13 @@ def test_a_member_not_heard_yet_counts_as_heard_for_one_timeout_after_start() ->
     )
     now[0] = 5.9
     assert lv.hears_anyone()
+    assert not lv.heard_recently(within=10.0)  # evidence of a working link: real heartbeats only
     now[0] = 6.1
     assert not lv.hears_anyone()
+    _beat(lv, "n3", False)  # heard, whatever it said
+    assert lv.hears_anyone() and lv.heard_recently()
+    now[0] = 6.1 + 2.5 * lv.interval + 0.01
+    assert not lv.heard_recently() and lv.heard_recently(within=1.0) and lv.hears_anyone()
 
 
 class Raft:

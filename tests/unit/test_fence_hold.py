@@ -17,7 +17,7 @@ from jetlog.errors import ApiError, E
 from jetlog.log import FileStore
 from jetlog.stream import stream as stream_mod
 from jetlog.stream.config import normalize_stream_config, validate_stream_config
-from jetlog.stream.held import HOLD_BYTES, HOLD_MAX, HeldCaptures
+from jetlog.stream.held import HOLD_BYTES, HOLD_MAX, NODE_HOLD_BYTES, HeldCaptures, HoldBudget
 from jetlog.stream.stream import LEADER, Stream
 from jetlog.wire import leaf as wire
 from tests.unit.test_stream_demote import NoQuorum, Out
@@ -58,6 +58,47 @@ def test_held_captures_refuse_past_the_byte_bound_and_clear() -> None:
     assert len(h) == 2 and h.dropped == 1
     assert h.clear() == 2 and not h and h.dropped == 3
     assert h.hold(0.0, "s.a", None, b"", big)  # the bytes were given back
+
+
+def test_the_streams_of_a_node_share_one_byte_budget() -> None:
+    budget = HoldBudget(limit=100)
+    a, b = HeldCaptures(budget), HeldCaptures(budget)
+    assert a.hold(0.0, "a.x", None, b"", b"x" * 60)
+    assert not b.hold(0.0, "b.x", None, b"", b"y" * 41)  # each under its own bound, the node over
+    assert b.hold(0.0, "b.x", None, b"", b"y" * 40) and budget.used == 100
+    assert a.clear() == 1 and budget.used == 40  # a demotion gives its bytes back
+    assert b.hold(0.0, "b.x", None, b"h", b"y" * 59) and budget.used == 100
+    assert len(b.expire(HOLD_MAX + 1.0)) == 2 and budget.used == 0
+    assert HeldCaptures()._budget.limit == NODE_HOLD_BYTES  # alone: a budget of its own
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2), st.sampled_from(["hold", "expire", "take", "clear"]), st.integers(0, 50)
+        ),
+        max_size=60,
+    )
+)
+def test_the_node_budget_is_always_what_its_streams_hold(ops: list[tuple[int, str, int]]) -> None:
+    budget = HoldBudget(limit=120)
+    streams = [HeldCaptures(budget) for _ in range(3)]
+    t = 0.0
+    for i, op, size in ops:
+        h = streams[i]
+        t += 1.0
+        if op == "hold":
+            before = budget.used
+            kept = h.hold(t, "s.x", None, b"", b"x" * size)
+            assert kept == (before + size <= 120 and h._bytes - (size if kept else 0) + size <= HOLD_BYTES)
+        elif op == "expire":
+            h.expire(t)
+        elif op == "take":
+            h.take()
+        else:
+            h.clear()
+        assert budget.used == sum(x._bytes for x in streams) <= 120
+        assert all(x._bytes == sum(len(d) for *_, d in x._q) for x in streams)
 
 
 @given(st.lists(st.tuples(st.floats(0, 2.0), st.binary(max_size=8)), max_size=40), st.floats(0, 10.0))

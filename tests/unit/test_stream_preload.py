@@ -119,6 +119,10 @@ async def test_load_gives_every_stream_its_messages_and_consumer_state(tmp_path)
             assert isinstance(loaded, LoadedLog) and loaded.data == b""
         assert attach.calls["M"] == (None, None)
         assert m.offline == {}
+        # One budget for what the node's fenced leaders hold (``stream/held.py``), loaded or created.
+        s = await m.create(_config("D"))
+        assert {id(x.held._budget) for x in m.streams.values()} == {id(m.hold_budget)}
+        assert s.held._budget is m.hold_budget
     finally:
         await m.close()
     assert not _locked(_log_dir(data, "A"))
