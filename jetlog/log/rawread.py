@@ -18,10 +18,11 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable
-from operator import add, ne, or_, sub
+from operator import sub
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from jetlog.errors import StorageError
+from jetlog.log.runstops import run_stops
 from jetlog.log.segment import CHUNK, COMPRESSED
 from jetlog.log.store import StoredMsg
 from jetlog.wire import rawframe as rf
@@ -88,21 +89,6 @@ def _one_run(pos: list[int], parts: list[bytes]) -> list[rf.Run]:
     if not pos:
         return []
     return [rf.Run(len(pos), array("I", pos).tobytes(), 0, b"".join(parts))]
-
-
-def _run_stops(blk: Block, i: int, j: int) -> bytes:
-    """For the live entries ``i..j-1`` of a block: byte ``t - i`` is 1 where a run of stored
-    bytes must end after entry ``t`` (the next entry does not directly follow it in the file,
-    or either of the two lives in a compressed batch). Computed once per live range, in C:
-    searching it again from every run start made long ranges of small batches quadratic."""
-    if j - i < 2:
-        return b""
-    pos, aux = blk.pos, blk.aux
-    gap = map(ne, map(add, pos[i : j - 1], aux[i : j - 1]), pos[i + 1 : j])
-    if max(aux[i:j]) < COMPRESSED:  # the common case: no compressed batch, gaps alone
-        return bytes(gap)
-    comp = bytes(map(COMPRESSED.__le__, aux[i:j]))
-    return bytes(map(or_, gap, map(or_, comp[:-1], comp[1:])))
 
 
 class _Open(NamedTuple):
@@ -192,7 +178,7 @@ def _read_runs(
                 # Entries from s_to on start past the remaining budget: no run can reach them.
                 s_from = k
                 s_to = min(j, bisect_right(blk.pos, blk.pos[k] + max(budget - used, 0), k, j) + 1)
-                stops = _run_stops(blk, s_from, s_to)
+                stops = run_stops(blk, s_from, s_to)
             f = stops.find(1, k - s_from)
             e = min(s_to if f < 0 else s_from + f + 1, k + (limit - count))
             base = blk.pos[k]
@@ -344,12 +330,14 @@ def _batch_start(blk: Block, k: int) -> int:
     the file (a stored batch's records do; a batch header separates two batches), or -1 when
     it lies more than the largest window back. Entry 0 of the block may be that start or the
     chain may go on in the block before; the batch header read at it tells which."""
-    pos, aux = blk.pos, blk.aux
     for w in _SCAN_BACK:
         lo = max(0, k - w)
-        # byte t - lo is 1 where entry t + 1 does not directly follow entry t
-        gaps = bytes(map(ne, map(add, pos[lo:k], aux[lo:k]), pos[lo + 1 : k + 1]))
-        f = gaps.rfind(1)
+        # Byte t - lo is 1 where a run ends after entry t: where entry t + 1 does not
+        # directly follow entry t, or either is compressed. The last such byte is the same
+        # as for the gaps alone: entry k is uncompressed (its run was read as stored bytes),
+        # and a compressed entry ends a run after itself too (its ``aux`` is above any
+        # position), so a stop added before one is never the last.
+        f = run_stops(blk, lo, k + 1).rfind(1)
         if f >= 0:
             return lo + f + 1
         if lo == 0:
