@@ -18,11 +18,11 @@ unconfirmed acks. A demotion also drops whatever is still held.
 Bounded: a message held longer than ``HOLD_MAX`` is not stored (its client has timed out, or is
 about to: storing it later would only turn its retry into a duplicate for publishers without
 ``Nats-Msg-Id``), and neither is one that would take the held bytes of a stream past
-``HOLD_BYTES``, or those of the whole node past its ``HoldBudget`` (``NODE_HOLD_BYTES``: a
-Raft outage fences every stream a node leads at once, and a thousand streams each holding
-their own limit would be gigabytes). Such a message is answered "JetStream system temporarily unavailable" (10008)
-when no other member is heard (nobody else can answer it: the whole cluster lost Raft), and
-dropped unanswered otherwise (another node may lead and answer it); see
+``HOLD_BYTES``, or those of the whole node past its ``HoldBudget`` (``NODE_HOLD_BYTES``: a Raft
+outage fences every stream a node leads at once, and a thousand streams each holding their own
+limit would be gigabytes). Such a message is answered "JetStream system temporarily
+unavailable" (10008) when no other member is heard (nobody else can answer it: the whole
+cluster lost Raft), and dropped unanswered otherwise (another node may lead and answer it); see
 ``Replication.unanswered_error``. Before the hold, that error went out at once.
 """
 
