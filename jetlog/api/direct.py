@@ -34,15 +34,22 @@ TOO_MANY: Frame = (b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")
 API_LEVEL: Frame = (b"NATS/1.0 412 Required Api Level\r\n\r\n", b"")
 
 
-def _headers(name: str, m: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
-    pairs = (
-        ("Nats-Stream", name),
-        ("Nats-Subject", m.subject),
-        ("Nats-Sequence", str(m.seq)),
-        ("Nats-Time-Stamp", format_time(m.ts)),
-        *extra,
+_OWN_LINES = b"Nats-Stream: %b\r\nNats-Subject: %b\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %b\r\n"
+_BATCH_LINES = b"Nats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n"
+
+
+def _headers(name: str, m: StoredMsg, tail: bytes = b"") -> bytes:
+    """A Direct Get reply's header block: the stored headers, then ``Nats-Stream``,
+    ``Nats-Subject``, ``Nats-Sequence`` and ``Nats-Time-Stamp``, then ``tail`` (encoded header
+    lines: a batch's ``_BATCH_LINES``). One bytes format, not a line per pair: the generic
+    ``headers.append`` was 2.6 µs of every message a batch or a Direct Get answers."""
+    own = _OWN_LINES % (
+        name.encode("utf-8", "surrogateescape"),
+        m.subject.encode("utf-8", "surrogateescape"),
+        m.seq,
+        format_time(m.ts).encode(),
     )
-    return H.append(m.hdr, pairs)
+    return H.append_lines(m.hdr, own + tail if tail else own)
 
 
 def direct_get(
@@ -146,9 +153,7 @@ def _single_or_batch(
             hdr = b""
         elif is_batch:
             pending = max(0, pending - 1)
-            hdr = _headers(
-                name, m, (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last_seq)))
-            )
+            hdr = _headers(name, m, _BATCH_LINES % (pending, last_seq))
         else:
             hdr = _headers(name, m)
         last_seq = m.seq
@@ -231,7 +236,7 @@ def _multi(
         m = store.load(s)
         if m is None:
             return [NOT_FOUND]
-        hdr = _headers(name, m, (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last_seq))))
+        hdr = _headers(name, m, _BATCH_LINES % (pending, last_seq))
         last_seq = m.seq
         frames.append((hdr, m.data))
         sent_bytes += len(m.subject) + len(m.hdr) + len(m.data)

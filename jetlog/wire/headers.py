@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 PREFIX = b"NATS/1.0"
 _CRLF = b"\r\n"
+_BLOCK_START = PREFIX + _CRLF
 _EMPTY_BLOCK = b"NATS/1.0\r\n\r\n"
 
 # Header names JetStream interprets.
@@ -106,15 +107,19 @@ def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:
 
     Direct Get replies carry the stored headers verbatim, then ``Nats-Stream`` & co.
     """
-    extra = b"".join(f"{k}: {v}\r\n".encode("utf-8", "surrogateescape") for k, v in pairs)
+    return append_lines(hdr, b"".join(f"{k}: {v}\r\n".encode("utf-8", "surrogateescape") for k, v in pairs))
+
+
+def append_lines(hdr: bytes, lines: bytes) -> bytes:
+    """:func:`append` of header lines already encoded (``Key: value\\r\\n`` each)."""
     if not hdr:
-        return PREFIX + _CRLF + extra + _CRLF
+        return _BLOCK_START + lines + _CRLF
     if hdr.endswith(b"\r\n\r\n"):
-        return hdr[:-2] + extra + _CRLF
+        return hdr[:-2] + lines + _CRLF
     # A block without the terminating blank line (tolerated on input): close it properly.
     if hdr.endswith(_CRLF):
-        return hdr + extra + _CRLF
-    return hdr + _CRLF + extra + _CRLF
+        return hdr + lines + _CRLF
+    return hdr + _CRLF + lines + _CRLF
 
 
 def is_empty_block(hdr: bytes) -> bool:

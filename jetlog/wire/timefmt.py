@@ -73,16 +73,28 @@ def format_time(ns: int) -> str:
 
     ``0`` is Go's zero time ``0001-01-01T00:00:00Z`` (how JetStream shows "never").
     """
+    global _last_second
     if ns == 0:
         return ZERO_TIME
     sec, frac = divmod(ns, NS_PER_SEC)
-    days, rem = divmod(sec, _SEC_PER_DAY)
-    hh, rem = divmod(rem, 3600)
-    mm, ss = divmod(rem, 60)
+    cached = _last_second  # one read: another thread may replace it meanwhile
+    if cached[0] == sec:
+        head = cached[1]
+    else:
+        days, rem = divmod(sec, _SEC_PER_DAY)
+        hh, rem = divmod(rem, 3600)
+        mm, ss = divmod(rem, 60)
+        head = f"{_civil_date(days)}T{hh:02d}:{mm:02d}:{ss:02d}"
+        _last_second = (sec, head)
     if frac:
-        f = f"{frac:09d}".rstrip("0")
-        return f"{_civil_date(days)}T{hh:02d}:{mm:02d}:{ss:02d}.{f}Z"
-    return f"{_civil_date(days)}T{hh:02d}:{mm:02d}:{ss:02d}Z"
+        return f"{head}.{f'{frac:09d}'.rstrip('0')}Z"
+    return head + "Z"
+
+
+_last_second: tuple[int | None, str] = (None, "")
+"""The last second :func:`format_time` formatted, and its text up to the seconds: the messages
+of one read or one Direct Get batch were mostly stored within the same second, and the date
+and time of day were two thirds of the cost of each timestamp."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,26 @@ def test_format_time_matches_datetime(ns: int) -> None:
     assert format_time(ns) == expect + "Z"
 
 
+def _via_datetime(ns: int) -> str:
+    sec, frac = divmod(ns, 10**9)
+    d = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=sec)
+    return d.strftime("%Y-%m-%dT%H:%M:%S") + ("." + f"{frac:09d}".rstrip("0") if frac else "") + "Z"
+
+
+@given(
+    st.integers(min_value=-(10**18), max_value=4 * 10**18),
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 10**9 - 1)), max_size=30),
+)
+def test_format_time_in_runs_of_nearby_seconds(base: int, steps: list[tuple[int, int]]) -> None:
+    # ``format_time`` keeps the last second's text: a run of timestamps within and across
+    # neighbouring seconds (and back) formats exactly as each one alone.
+    sec = base // 10**9
+    for ds, frac in steps:
+        ns = (sec + ds) * 10**9 + frac
+        if ns:
+            assert format_time(ns) == _via_datetime(ns)
+
+
 @given(st.integers(min_value=-(10**18), max_value=4 * 10**18))
 def test_parse_format_roundtrip(ns: int) -> None:
     assert parse_time(format_time(ns)) == ns
