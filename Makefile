@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-fast bench bench-spark lint clean spark-example
+.PHONY: install run test test-fast bench bench-floor bench-spark lint clean spark-example
 .PHONY: clients-env test-clients test-clients-nats clean-clients browser-env
 
 install: $(STAMP)
@@ -40,6 +40,10 @@ test-fast: install
 
 bench: install
 	$(BIN)/jetlog bench --rounds 3 --full --out docs/benchmarks.md
+
+# The relay's bound: the publish and get cases against a minimal stand-in behind nats-server too.
+bench-floor: install
+	$(BIN)/jetlog bench --floor --full --rounds 3 --out docs/benchmarks.md
 
 # Spark source rows/s vs an in-process Arrow generator (appended to docs/benchmarks.md).
 bench-spark: install

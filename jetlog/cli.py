@@ -445,6 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
         "plus failover time and follower catch-up",
     )
     b.add_argument(
+        "--floor",
+        action="store_true",
+        help="also a minimal stand-in behind a plain nats-server (the relay's bound; publish and get cases)",
+    )
+    b.add_argument(
         "--failover-reps", type=int, default=10, help="kill -9 repetitions per target for --cluster"
     )
     b.add_argument(

@@ -18,6 +18,7 @@ import nats
 from jetlog.bench import cases as case_mod
 from jetlog.bench import targets
 from jetlog.bench.cases import Result, all_cases
+from jetlog.bench.floor import supports as floor_supports
 from jetlog.bench.report import KEEP_MARKER, machine, write_report
 
 __all__ = ["KEEP_MARKER", "run_bench", "write_report"]
@@ -56,6 +57,9 @@ async def run_bench(args: argparse.Namespace) -> int:
         kinds = ["jetlog-r3", "nats-r3", "jetlog"]
         if getattr(args, "full", False):
             kinds.append("nats-r3-sync")
+    elif getattr(args, "floor", False):
+        kinds.append("floor")
+        cases = {k: v for k, v in cases.items() if floor_supports(k)}
     results: dict[str, dict[str, list[Result]]] = {c: {k: [] for k in kinds} for c in cases}
     for rnd in range(args.rounds):
         order = kinds if rnd % 2 == 0 else list(reversed(kinds))
@@ -65,6 +69,8 @@ async def run_bench(args: argparse.Namespace) -> int:
             case_mod.SERVER_CPU = env.cpu_seconds
             try:
                 for cname, case in cases.items():
+                    if kind == "floor" and not floor_supports(cname):
+                        continue  # the stand-in serves no consumers
                     r = await _run_case(env.url, cname, case, args.quick)
                     results[cname][kind].append(r)
                     print(
@@ -83,9 +89,14 @@ async def run_bench(args: argparse.Namespace) -> int:
             "# Benchmarks: jetlog vs nats-server -js", "## Cluster: jetlog R3 vs nats-server -js R3"
         ).replace(REPRODUCE, REPRODUCE_CLUSTER)
         report += await cluster_extras(args)
+    elif "floor" in kinds:
+        report = report.replace("# Benchmarks: jetlog vs nats-server -js", FLOOR_TITLE).replace(
+            REPRODUCE, FLOOR_TEXT
+        )
     print(report)
     if args.out:
-        write_report(args.out, report, section="cluster" if getattr(args, "cluster", False) else None)
+        section = "cluster" if getattr(args, "cluster", False) else ("floor" if "floor" in kinds else None)
+        write_report(args.out, report, section=section)
     return 0
 
 
@@ -94,6 +105,17 @@ REPRODUCE_CLUSTER = (
     "Reproduce: `.venv/bin/jetlog bench --cluster --rounds 3 --only "
     '"pub-sync,pub-async,fetch(1000)" --failover-reps 10 --out docs/benchmarks.md` (with `--full`, '
     "also a nats-server R3 cluster with `sync_interval: always`, the durability of a jetlog R3 PubAck)."
+)
+
+FLOOR_TITLE = "## The relay's bound: jetlog, nats-server -js and a minimal stand-in behind the relay"
+FLOOR_TEXT = (
+    "`floor`: a plain nats-server and `jetlog.bench.floor`, one uvloop process that answers the "
+    "publish and get cases from memory (publishes written and `fdatasync`ed as a group per socket "
+    "read before their PubAcks, as `fsync = always`), with none of a store's work. Every jetlog "
+    "request and publish crosses the upstream server twice more than nats-server's own JetStream; "
+    "`floor / nats` is how far that alone lets a Python process behind the relay go on this "
+    "machine, `jetlog / floor` what jetlog's own work costs on top of it. Reproduce: "
+    "`.venv/bin/jetlog bench --floor --full --rounds 3 --out docs/benchmarks.md`."
 )
 
 
@@ -134,6 +156,9 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         ratios.append(("jetlog-r3", "nats-r3-sync", "jetlog R3 / nats R3 sync (both fsync)"))
     if "jetlog-interval" in kinds:
         ratios.append(("jetlog-interval", "nats", "jetlog-interval / nats (neither)"))
+    if "floor" in kinds:
+        ratios.append(("floor", "nats", "floor / nats (the relay's bound)"))
+        ratios.append(("jetlog", "floor", "jetlog / floor"))
     # The latency aims of synchronous publishes are against nats-server with the same
     # durability (sync_interval: always): show that ratio too when it was measured.
     same = next(
@@ -153,12 +178,13 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         + f" | p50 µs {ratios[0][0]} / {ratios[0][1]} |"
         + (f" p50 µs {same[0]} / {same[1]} |" if same else "")
         + f" server CPU µs/op {ratios[0][0]} / {ratios[0][1]} |"
+        + (" p50 µs / server CPU µs/op floor |" if "floor" in kinds else "")
     )
     lines.append(header)
-    lines.append("|" + "---|" * (len(kinds) + len(ratios) + 3 + sync_lat))
+    lines.append("|" + "---|" * (len(kinds) + len(ratios) + 3 + sync_lat + ("floor" in kinds)))
     for cname, per in results.items():
         med = {k: _med(per[k], "rate") for k in kinds}
-        cells = [f"{med[x] / med[y]:.2f}" if med[y] else "–" for x, y, _ in ratios]
+        cells = [f"{med[x] / med[y]:.2f}" if med[y] and per[x] else "–" for x, y, _ in ratios]
         a, b = ratios[0][0], ratios[0][1]
         p50j, p50n = _med(per[a], "p50_us"), _med(per[b], "p50_us")
         lat = f"{p50j:.0f} / {p50n:.0f} ({p50j / p50n:.2f}x)" if p50n else "–"
@@ -168,16 +194,23 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
             lat += f" | {p50o:.0f} / {p50s:.0f} ({p50o / p50s:.2f}x)" if p50s else " | –"
         cpuj, cpun = _med(per[a], "cpu_us"), _med(per[b], "cpu_us")
         cpu = f"{cpuj:.1f} / {cpun:.1f} ({cpuj / cpun:.1f}x)" if cpun else "–"
+        if "floor" in kinds:
+            fl = per["floor"]
+            cpu += (
+                f" | {_med(fl, 'p50_us'):.0f} / {_med(fl, 'cpu_us'):.1f}"
+                if fl and _med(fl, "p50_us")
+                else (f" | – / {_med(fl, 'cpu_us'):.1f}" if fl else " | –")
+            )
         lines.append(
             f"| {cname} | "
-            + " | ".join(f"{med[k]:,.0f}" for k in kinds)
+            + " | ".join(f"{med[k]:,.0f}" if per[k] else "–" for k in kinds)
             + " | "
             + " | ".join(cells)
             + f" | {lat} | {cpu} |"
         )
     lines.append("")
     lags = [
-        f"{cname}: " + ", ".join(f"{k} {_lag(per[k])}" for k in kinds)
+        f"{cname}: " + ", ".join(f"{k} {_lag(per[k])}" for k in kinds if per[k])
         for cname, per in results.items()
         if any(_med(per[k], "lag_ms") for k in kinds)
     ]

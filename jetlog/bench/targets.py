@@ -13,6 +13,9 @@
   to one of the servers.
 * ``nats-r3-sync``: the same cluster with ``sync_interval: always`` on every server, the
   durability a jetlog R3 PubAck gives (fsynced on every in-sync replica).
+* ``floor``: a plain nats-server and the stand-in of :mod:`jetlog.bench.floor` behind it (the
+  least any process answering JetStream from behind the relay can cost; publish and get cases
+  only, see ``floor.supports``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import asyncio
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 import nats
 
@@ -168,6 +173,8 @@ async def start(kind: str, tmp: str | None = None) -> Env:
         )
         await srv.start()
         return Env(kind, srv.url, srv, tmp=tmp)
+    if kind == "floor":
+        return await _start_floor(tmp)
     srv = NatsServer(leafnode=True)
     await srv.start()
     args = serve_argv(srv.url, srv.leaf_url, os.path.join(tmp, "data"), "warning")
@@ -188,5 +195,36 @@ async def start(kind: str, tmp: str | None = None) -> Env:
         await srv.stop()
         raise RuntimeError(f"jetlog did not start: {line!r} {err.decode()[-2000:]}")
     e = Env(kind, srv.url, srv, proc=proc, tmp=tmp)
+    e._drain = [asyncio.create_task(_drain(proc.stdout)), asyncio.create_task(_drain(proc.stderr))]
+    return e
+
+
+async def _start_floor(tmp: str) -> Env:
+    """A plain nats-server (JetStream off) and the floor stand-in connected to it."""
+    srv = NatsServer(leafnode=False)
+    await srv.start()
+    u = urlparse(srv.url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jetlog.bench.floor",
+        u.hostname or "127.0.0.1",
+        str(u.port),
+        tmp,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    except TimeoutError:
+        line = b""
+    if not line.startswith(b"ready"):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        err = await proc.stderr.read()
+        await srv.stop()
+        raise RuntimeError(f"the floor stand-in did not start: {line!r} {err.decode()[-2000:]}")
+    e = Env("floor", srv.url, srv, proc=proc, tmp=tmp)
     e._drain = [asyncio.create_task(_drain(proc.stdout)), asyncio.create_task(_drain(proc.stderr))]
     return e

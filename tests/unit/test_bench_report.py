@@ -94,3 +94,30 @@ def test_the_cluster_report_compares_r3_sync_publishes_with_a_syncing_nats_clust
     assert cells[9] == "1500 / 1200 (1.25x)"
     assert cells[10] == "2000.0 / 760.0 (2.6x)"
     assert len(cells) == len(header.strip("|").split("|"))
+
+
+def test_the_floor_columns_show_a_dash_for_cases_the_stand_in_does_not_run() -> None:
+    import argparse
+
+    from jetlog.bench.cases import Result
+    from jetlog.bench.runner import _report
+
+    results = {
+        "direct-get": {
+            "jetlog": [Result(3000.0, 330.0, cpu_us=220.0)],
+            "nats": [Result(5000.0, 190.0, cpu_us=90.0)],
+            "floor": [Result(3500.0, 300.0, cpu_us=180.0)],
+        },
+        "fetch(1000) ack none": {
+            "jetlog": [Result(30000.0, cpu_us=6.0)],
+            "nats": [Result(33000.0, cpu_us=2.5)],
+            "floor": [],
+        },
+    }
+    text = _report(results, ["jetlog", "nats", "floor"], argparse.Namespace(rounds=1, quick=False))
+    assert "floor / nats (the relay's bound) | jetlog / floor |" in text
+    assert "| direct-get | 3,000 | 5,000 | 3,500 | 0.60 | 0.70 | 0.86 |" in text
+    assert text.count("| 300 / 180.0 |") == 1
+    dash = "\u2013"
+    row = f"| fetch(1000) ack none | 30,000 | 33,000 | {dash} | 0.91 | {dash} | {dash} | {dash} | 6.0 / 2.5 (2.4x) | {dash} |"
+    assert row in text
