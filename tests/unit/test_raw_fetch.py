@@ -376,6 +376,34 @@ async def test_runs_a_range_cuts_are_checked_by_the_node(tmp_path: Any) -> None:
         await st_.close()
 
 
+@pytest.mark.parametrize("reopen", [False, True])
+async def test_cut_runs_are_checked_when_their_batch_spans_index_blocks(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, reopen: bool
+) -> None:
+    """A range that starts or ends inside a batch indexed across several blocks (blocks of 7
+    entries here, so a 40-record batch spans 6 or 7): the node finds the batch's start in an
+    earlier block, joins the cut first run's pieces, and every run still travels checked
+    (RUN_CHECKED or whole), none left to the reader record by record."""
+    monkeypatch.setattr(index_mod, "BLOCK_MAX", 7)
+    st_ = await FileStore.open(str(tmp_path))
+    try:
+        await _twelve_batches(st_)
+        if reopen:
+            await st_.close()
+            st_ = await FileStore.open(str(tmp_path))
+        for start, end in ((15, 95), (8, 30), (41, 47), (120, 121), (7, 15), (299, 481), (1, 470)):
+            _hdr, payload = F.fetch(
+                "S", st_, 480, F.FetchRequest(start=start, end=end, format="jlr1"), MAX_PAYLOAD
+            )
+            runs = rf.layout(payload).runs
+            assert all(r.flags for r in runs), (start, end, _runs_of(payload))
+            assert [r.seq for r in rf.decode(payload)] == list(range(start, min(end, 481)))
+        _hdr, payload = F.fetch("S", st_, 480, F.FetchRequest(start=15, end=95, format="jlr1"), MAX_PAYLOAD)
+        assert _runs_of(payload) == [(26, rf.RUN_CHECKED), (40, rf.RUN_WHOLE_BATCH), (14, rf.RUN_CHECKED)]
+    finally:
+        await st_.close()
+
+
 async def test_a_cut_run_is_checked_only_when_its_batch_is_small_next_to_it(tmp_path: Any) -> None:
     """The node reads the rest of a cut batch only up to twice the run plus a slack: a sliver
     of a large batch goes to the reader's per-record checks instead."""
