@@ -72,13 +72,17 @@ class Reconciler:
         self._locks: dict[str, asyncio.Lock] = {}
         self._fresh: set[str] = set()
         """Streams whose leadership this process has not yet re-established since start."""
+        self._retry: set[str] = set()
+        """Streams whose metadata could not be applied (a link lost meanwhile, a disk error):
+        tried again every pass of ``service._periodic``, not only at the next change."""
         self._intact: dict[str, bool] = {}
         self._damaged: set[str] = set()
         """Replicas to rebuild from the leader before following (corruption found at open)."""
 
-    def pending_reelections(self) -> list[str]:
-        """Streams whose post-restart re-election has not gone through yet."""
-        return sorted(self._fresh)
+    def pending(self) -> list[str]:
+        """Streams to reconcile again: post-restart re-elections not through yet, and metadata
+        that could not be applied."""
+        return sorted(self._fresh | self._retry)
 
     def leads(self) -> int:
         """How many streams this node leads."""
@@ -112,7 +116,15 @@ class Reconciler:
             try:
                 await self._reconcile(name)
             except JetlogError as e:
-                log.error("stream %s: cannot apply the cluster metadata: %s", name, e)
+                # STUCK otherwise: nothing else reconciles a stream until its metadata changes,
+                # and a leader that never started leaves its followers waiting for good.
+                if name not in self._retry:
+                    log.error("stream %s: cannot apply the cluster metadata (trying again): %s", name, e)
+                self._retry.add(name)
+                return
+            if name in self._retry:
+                self._retry.discard(name)
+                log.info("stream %s: cluster metadata applied", name)
 
     async def _reconcile(self, name: str) -> None:
         a = self.state.streams.get(name)
@@ -210,10 +222,17 @@ class Reconciler:
         await self._stop_role(name)
         leader = self.make_leader(stream, a)
         await stream.promote(a.epoch, leader)
-        # Capture once the stream writes as this leader (a publish taken earlier would be
-        # dropped as a follower's), and before the leadership is announced to readers.
-        await self.streams.capture_on(stream)
-        await self.streams.attach(stream)
+        try:
+            # Capture once the stream writes as this leader (a publish taken earlier would be
+            # dropped as a follower's), and before the leadership is announced to readers.
+            await self.streams.capture_on(stream)
+            await self.streams.attach(stream)
+        except BaseException:
+            # RETRY (``reconcile``): nothing half started stays behind. The stream stays
+            # promoted at this epoch, capturing nothing, until the next attempt starts it.
+            self.streams.capture_off(name)
+            await self.streams.detach(stream)
+            raise
         cset = stream.consumers
         if cset is not None and cset.clog is not None:
             cset.clog.enable_feed()
@@ -236,7 +255,11 @@ class Reconciler:
             self._damaged.discard(name)
             await stream.store.reset(stream.config.first_seq or 1)
             stream.clamp_committed()
-        await follower.start()
+        try:
+            await follower.start()
+        except BaseException:
+            await follower.stop()  # RETRY (``reconcile``): no half-started follower behind
+            raise
         self.roles[name] = Role("follower", a.epoch, a.leader, follower, a.config)
         log.info("stream %s: following %s at epoch %d", name, a.leader or "-", a.epoch)
         self.on_role_change(name)

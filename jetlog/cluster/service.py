@@ -334,7 +334,7 @@ class ClusterNode(ClusterViews):
         assert self.reconciler is not None
         while True:
             await asyncio.sleep(1.0)
-            for name in list(self.reconciler.pending_reelections()):
+            for name in self.reconciler.pending():
                 await self.reconciler.reconcile(name)
 
     # ---- roles -------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class Stream(StreamRuns):
         self._last_ts = 0
         self.role = STANDALONE
         self.repl: Replication | None = None
+        self._began_epoch = 0  # the last epoch this process began as the stream's writer
         self._committed = store.committed_seq
         self._commit_listeners: list[CommitListener] = []
         store.add_commit_listener(self._on_commit)
@@ -142,8 +143,13 @@ class Stream(StreamRuns):
         await self._stop_expiry()
         await self._stop_dedup_warmup()
         begin = getattr(self.store, "begin_epoch", None)
-        if begin is not None:
+        if begin is not None and epoch != self._began_epoch:
+            # EPOCHS: begun once. The same epoch again is a retry of a promotion that failed
+            # further on (``cluster/reconcile``): an epoch names one leader once, and a
+            # restarted leader never leads at its old epoch (``_reelect``), so nobody else
+            # wrote in it meanwhile and its start stays where it was.
             await begin(epoch)
+            self._began_epoch = epoch
         self.repl = repl
         self.role = LEADER
         self._start_writer()
