@@ -318,7 +318,7 @@ def _check_cut(store: RawReadHost, at: _Where, run: rf.Run) -> int | None:
             while True:
                 if b < 0 or base - at_blk.pos[b] > cap:
                     return None
-                got = _batch_head(store, at_blk, b, base, cap)
+                got = _batch_head(store, at_blk, b, base)
                 if got is not None:
                     break
                 # The records run back to back from entry 0 and no batch begins there: the
@@ -342,17 +342,14 @@ def _check_cut(store: RawReadHost, at: _Where, run: rf.Run) -> int | None:
 
 
 def _batch_head(
-    store: RawReadHost, blk: Block, b: int, base: int, cap: int
+    store: RawReadHost, blk: Block, b: int, base: int
 ) -> tuple[rc.BatchHeader, memoryview] | None:
     """The header of the stored batch whose first record is entry ``b`` of ``blk``, and the
     batch's bytes from that record up to file position ``base``; None when ``b`` is no such
-    start (no batch header before it), the batch is compressed or holds ops, or those bytes
-    exceed ``cap``."""
-    if b < 0:
-        return None
+    start (no batch header before it) or the batch is compressed or holds ops."""
     pos = blk.pos[b]
     plen = base - pos
-    if plen <= 0 or plen > cap or pos < rc.HEADER_SIZE:
+    if plen <= 0 or pos < rc.HEADER_SIZE:
         return None
     buf = _pread(store, blk, pos - rc.HEADER_SIZE, rc.HEADER_SIZE + plen)
     try:
