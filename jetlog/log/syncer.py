@@ -68,6 +68,7 @@ from jetlog.log.syncledger import LEDGER
 from jetlog.log.syncpolicy import (
     INLINE_BULK_SLOW,
     INLINE_SLOW,
+    SYNCFS_BACKOFF,
     SYNCFS_MIN,
     SYNCFS_SLOW,
     SlowGuard,
@@ -134,7 +135,7 @@ class Syncer:
         # injected); bulk ones also by their average.
         self.inline = SlowGuard("fdatasyncs on the loop", INLINE_SLOW, alpha=1.0)
         self.bulk = SlowGuard("bulk fdatasyncs on the loop", INLINE_BULK_SLOW)
-        self.shared = SlowGuard("shared syncs (syncfs)", SYNCFS_SLOW)
+        self.shared = SlowGuard("shared syncs (syncfs)", SYNCFS_SLOW, backoff=SYNCFS_BACKOFF)
         self.use_syncfs = syncfs_reports_errors()
         # This loop pass (``_open_pass``): the file synced on the loop in it, and the helper
         # requests held back to be sent together at its end (``_end_pass``).

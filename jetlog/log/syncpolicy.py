@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 import sys
 
@@ -49,26 +50,40 @@ SYNCFS_MIN = 3
 files cost the same either way here (0.23-0.25 ms); from four on ``syncfs`` was faster."""
 SYNCFS_SLOW = 0.025
 """Seconds: a moving average of shared syncs (request to answer) above this sends those files
-back to one sync each for ``INLINE_BACKOFF`` (doubling): other programs' dirty data on the same
-filesystem would make every batch wait for its write-back."""
+back to one sync each for ``SYNCFS_BACKOFF`` (doubling while it stays slow): other programs'
+dirty data on the same filesystem would make every batch wait for its write-back."""
+SYNCFS_BACKOFF = 0.5
+"""Seconds: the first backoff of shared syncs. Short, unlike the loop's: what usually trips it
+is a one-off, another program's burst of dirty pages that the first slow ``syncfs`` has written
+back (1.5 GB left dirty by a neighbour: one 416 ms ``syncfs``, the next ones fast again), and a
+slow ``syncfs`` holds only the commits of one batch, never the loop. Five seconds of one sync per
+file instead cost 200 streams 16 µs of helper CPU per message and a third of their rate
+(docs/internals.md, twenty-second pass). A filesystem that stays slow still backs off to
+``INLINE_BACKOFF_MAX``, doubling."""
 
 
 class SlowGuard:
     """A moving average of one kind of sync and the backoff it trips: ``allowed`` until the
-    average passes ``slow``, then not for ``INLINE_BACKOFF`` seconds, doubling (up to
-    ``INLINE_BACKOFF_MAX``) while it trips again; a fast sample with a low average resets the
-    backoff. After a trip the average starts afresh, so the next period measures the disk as it
-    is then."""
+    average passes ``slow``, then not for ``backoff`` seconds (``INLINE_BACKOFF`` unless given),
+    doubling (up to ``INLINE_BACKOFF_MAX``) while it trips again; a fast sample with a low
+    average resets the backoff. After a trip the average starts afresh, so the next period
+    measures the disk as it is then, and a sample that started before the trip is not counted:
+    it waited for the same slow disk (syncs answered together after one stall must trip the
+    guard once, not double its backoff once each)."""
 
-    __slots__ = ("alpha", "avg", "backoff", "name", "off_until", "slow")
+    __slots__ = ("alpha", "avg", "backoff", "first", "name", "off_until", "slow", "tripped")
 
-    def __init__(self, name: str, slow: float, alpha: float = SLOW_ALPHA) -> None:
+    def __init__(
+        self, name: str, slow: float, alpha: float = SLOW_ALPHA, backoff: float = INLINE_BACKOFF
+    ) -> None:
         self.name = name
         self.slow = slow
         self.alpha = alpha  # 1.0: no average, every sample decides on its own
         self.avg = 0.0
         self.off_until = 0.0  # monotonic seconds
-        self.backoff = INLINE_BACKOFF
+        self.first = backoff
+        self.backoff = backoff
+        self.tripped = -math.inf  # monotonic seconds of the last trip
 
     def allowed(self, now: float) -> bool:
         """True unless a trip's backoff runs at ``now``."""
@@ -76,11 +91,14 @@ class SlowGuard:
 
     def observe(self, t0: float, dt: float) -> bool:
         """Account one sample that started at ``t0`` and took ``dt`` seconds; True if it tripped."""
+        if t0 < self.tripped:
+            return False  # in flight across the last trip: see the class docstring
         avg = self.avg = self.avg + (dt - self.avg) * self.alpha
         if avg > self.slow:
+            self.tripped = t0 + dt
             self.off_until = t0 + dt + self.backoff
             log.info(
-                "%s average %.1f ms; not used for %.0f s",
+                "%s average %.1f ms; not used for %.1f s",
                 self.name,
                 avg * 1e3,
                 self.backoff,
@@ -89,7 +107,7 @@ class SlowGuard:
             self.avg = 0.0
             return True
         if dt <= self.slow and avg < self.slow / 2:
-            self.backoff = INLINE_BACKOFF  # fast again: a later trip starts short
+            self.backoff = self.first  # fast again: a later trip starts short
         return False
 
 

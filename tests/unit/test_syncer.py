@@ -535,15 +535,17 @@ async def test_bulk_syncs_leave_the_loop_while_the_disk_is_slow_on_average(
         assert s.stats["inline"] == inline and s.stats["inline_bulk"] == bulk
         await _commit_one(store, 100)  # a lone small commit: still on the loop
         assert s.stats["inline"] == inline + 1
-        # Slow again after the backoff: the next trip is longer. Fast again: it starts short.
+        # Slow again after the backoff (syncs started after the trip): the next trip is
+        # longer. Fast again: it starts short.
         s.bulk.off_until = 0.0
+        t += 1.0
         for _ in range(8):
             s.bulk.observe(t, 2.5 * slow)
             if s.bulk.off_until > t:
                 break
         assert s.bulk.backoff == 4 * syncpolicy.INLINE_BACKOFF
         s.bulk.off_until = 0.0
-        s.bulk.observe(t, 0.0002)
+        s.bulk.observe(t + 1.0, 0.0002)
         assert s.bulk.backoff == syncpolicy.INLINE_BACKOFF
         bulk = s.stats["inline_bulk"]
         await _commit_one(store, pipeline_mod.INLINE_SYNC_MAX_BYTES + 1)
