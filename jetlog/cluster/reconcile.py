@@ -14,12 +14,19 @@ Two rules protect acknowledged data:
   was lost from disk).
 * Local data is only deleted when the metadata deleted the stream or moved its replica away —
   never because the metadata does not (yet) know a directory found on disk.
+
+Metadata that cannot be applied (a link lost while capture starts, a disk error) is applied
+again every pass (``pending``). A stream this node should lead that has not started for
+``HAND_OVER_AFTER`` seconds is handed to another live in-sync replica: the controller only sees
+whether a node is alive, not whether it leads what it was given, and without this a node alive
+but unable to lead one stream would leave that stream without a leader for good.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +37,11 @@ from jetlog.errors import JetlogError
 from jetlog.stream.stream import FOLLOWER
 
 log = logging.getLogger("jetlog.cluster.reconcile")
+
+HAND_OVER_AFTER = 5.0
+"""Seconds a stream this node should lead may fail to start (tried again every second) before
+this node hands its leadership to another live in-sync replica. Longer than a leaf link's
+reconnect (a node that is about to lead again keeps the stream), far shorter than an outage."""
 
 
 @dataclass
@@ -58,6 +70,7 @@ class Reconciler:
         make_leader: Callable[[Any, Any], Any],
         make_follower: Callable[[Any, Any], Any],
         on_role_change: Callable[[str], None] = lambda name: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.state = state
@@ -75,6 +88,9 @@ class Reconciler:
         self._retry: set[str] = set()
         """Streams whose metadata could not be applied (a link lost meanwhile, a disk error):
         tried again every pass of ``service._periodic``, not only at the next change."""
+        self._failing: dict[str, float] = {}
+        """Streams this node should lead and could not start: when (``clock``) that began."""
+        self._clock = clock
         self._intact: dict[str, bool] = {}
         self._damaged: set[str] = set()
         """Replicas to rebuild from the leader before following (corruption found at open)."""
@@ -121,7 +137,15 @@ class Reconciler:
                 if name not in self._retry:
                     log.error("stream %s: cannot apply the cluster metadata (trying again): %s", name, e)
                 self._retry.add(name)
+                a = self.state.streams.get(name)
+                if a is None or a.leader != self.node:
+                    self._failing.pop(name, None)
+                    return
+                since = self._failing.setdefault(name, self._clock())
+                if self._clock() - since >= HAND_OVER_AFTER:
+                    await self._hand_over(name, a, e)
                 return
+            self._failing.pop(name, None)
             if name in self._retry:
                 self._retry.discard(name)
                 log.info("stream %s: cluster metadata applied", name)
@@ -217,6 +241,36 @@ class Reconciler:
             log.warning("stream %s: re-election failed: %s", name, e)
             self._fresh.add(name)  # try again at the next change or pass
         # The commit (or someone else's) triggers another reconcile through the metadata events.
+
+    async def _hand_over(self, name: str, a: Any, why: JetlogError) -> None:
+        """This node has not managed to lead ``name`` for ``HAND_OVER_AFTER`` seconds: elect
+        another live in-sync replica at epoch + 1 and leave the ISR. Safe for acknowledged
+        data: the new leader is in the ISR, so it holds everything committed, and this node,
+        which never started at this epoch, captured nothing in it. It comes back into the ISR
+        as any follower does, by catching up; with no other live in-sync replica it keeps
+        trying to lead (the stream cannot be served by anyone else)."""
+        other = pick_leader(a, self.alive, exclude=self.node)
+        if not other:
+            return
+        self._failing.pop(name, None)  # one hand-over per run of failures; a later one waits again
+        isr = [r for r in a.isr if r != self.node]
+        log.warning(
+            "stream %s: could not start as its leader for %.0f s (%s): handing over to %s at epoch %d",
+            name,
+            HAND_OVER_AFTER,
+            why,
+            other,
+            a.epoch + 1,
+        )
+        try:
+            res = await self.raft.propose(
+                M.ElectLeader(name=name, leader=other, isr=isr, expect_epoch=a.epoch)
+            )
+            if not res.ok:
+                log.info("stream %s: hand-over not applied: %s", name, res.error)
+        except JetlogError as e:
+            log.warning("stream %s: hand-over failed: %s", name, e)
+        # Applied, the metadata change reconciles this stream again, as a follower.
 
     async def _become_leader(self, name: str, stream: Any, a: Any) -> None:
         await self._stop_role(name)

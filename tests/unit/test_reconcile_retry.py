@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from jetlog.api.models import StreamConfigRequest
+from jetlog.cluster import meta as M
+from jetlog.cluster import reconcile as R
 from jetlog.cluster.reconcile import Reconciler
 from jetlog.errors import TransportError
 from jetlog.log import FileStore
@@ -66,7 +68,31 @@ class _Streams:
         self.detached += 1
 
 
-async def _setup(tmp_path: Path, failures: int) -> tuple[Reconciler, _Streams, list[_Leader], Stream]:
+class _Follower(_Leader):
+    async def start(self) -> None:  # type: ignore[override]
+        self.started += 1
+
+
+class _Raft:
+    """Commits an election at once into the assignment, as the metadata FSM would."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+        self.proposed: list[Any] = []
+
+    async def propose(self, cmd: Any, timeout: float = 3.0) -> Any:
+        self.proposed.append(cmd)
+        assert isinstance(cmd, M.ElectLeader) and cmd.expect_epoch == self.a.epoch
+        self.a.leader, self.a.isr, self.a.epoch = cmd.leader, list(cmd.isr), self.a.epoch + 1
+        return SimpleNamespace(ok=True, error="")
+
+
+async def _setup(
+    tmp_path: Path,
+    failures: int,
+    clock: Any = None,
+    alive: Any = lambda _n: True,
+) -> tuple[Reconciler, _Streams, list[_Leader], Stream]:
     store = await FileStore.open(str(tmp_path), auto_compact=False)
     cfg = validate_stream_config(normalize_stream_config(StreamConfigRequest(name="S", subjects=["s.>"])))
     stream = Stream(cfg, store, 0, Out())
@@ -91,11 +117,12 @@ async def _setup(tmp_path: Path, failures: int) -> tuple[Reconciler, _Streams, l
         "n1",
         SimpleNamespace(streams={"S": a}),
         streams,
-        raft=None,
-        alive=lambda _n: True,
+        raft=_Raft(a),
+        alive=alive,
         decode_config=lambda _b: cfg,
         make_leader=make_leader,
-        make_follower=lambda *_: None,
+        make_follower=lambda *_: _Follower(),
+        **({"clock": clock} if clock is not None else {}),
     )
     return rec, streams, leaders, stream
 
@@ -128,5 +155,42 @@ async def test_promoting_again_at_the_same_epoch_does_not_begin_it_twice(tmp_pat
         assert stream.store.epochs() == start and stream.repl is second
         await stream.promote(5, first)  # type: ignore[arg-type]  # a new epoch is begun as before
         assert stream.store.epochs()[-1][0] == 5
+    finally:
+        await stream.close()
+
+
+async def test_a_leader_that_cannot_start_for_long_hands_the_stream_over(tmp_path: Path) -> None:
+    """Alive but unable to lead one stream (a lasting failure): after ``HAND_OVER_AFTER``
+    another live in-sync replica is elected and this node leaves the ISR, so the stream is
+    served again; the node then follows."""
+    now = [100.0]
+    rec, streams, leaders, stream = await _setup(tmp_path, failures=10**6, clock=lambda: now[0])
+    raft = rec.raft
+    try:
+        for _ in range(5):  # one try a second (service._periodic), every one failing
+            await rec.reconcile("S")
+            now[0] += 1.0
+        assert raft.proposed == [] and rec.pending() == ["S"]  # 4 s in: still trying
+        await rec.reconcile("S")  # 5 s after the first failure
+        assert raft.proposed == [M.ElectLeader(name="S", leader="n2", isr=["n2", "n3"], expect_epoch=4)]
+        assert streams.capturing == set() and all(ldr.started == 0 for ldr in leaders)
+        await rec.reconcile("S")  # the election applied: this node follows n2 at epoch 5
+        role = rec.roles["S"]
+        assert (role.kind, role.leader, role.epoch) == ("follower", "n2", 5) and role.obj.started == 1
+        assert rec.pending() == [] and stream.role == FOLLOWER and len(raft.proposed) == 1
+    finally:
+        await stream.close()
+
+
+async def test_with_no_other_live_in_sync_replica_the_leader_keeps_trying(tmp_path: Path) -> None:
+    now = [0.0]
+    rec, _streams, _leaders, stream = await _setup(
+        tmp_path, failures=10**6, clock=lambda: now[0], alive=lambda n: n == "n1"
+    )
+    try:
+        for _ in range(3 * int(R.HAND_OVER_AFTER)):
+            await rec.reconcile("S")
+            now[0] += 1.0
+        assert rec.raft.proposed == [] and rec.pending() == ["S"] and rec.state.streams["S"].leader == "n1"
     finally:
         await stream.close()
