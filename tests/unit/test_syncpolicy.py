@@ -68,3 +68,28 @@ def test_shared_syncs_back_off_briefly_the_loops_syncs_long() -> None:
         assert sp.SYNCFS_BACKOFF < sp.INLINE_BACKOFF
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize(
+    ("release", "platform", "ok"),
+    [
+        ("5.8.0", "linux", True),
+        ("5.7.19", "linux", False),
+        ("6.18.44-fc-v669", "linux", True),
+        ("4.19.0-25-amd64", "linux", False),
+        ("5.10.0+", "linux", True),
+        ("5", "linux", False),
+        ("x.y", "linux", False),
+        ("23.1.0", "darwin", False),
+    ],
+)
+def test_syncfs_is_trusted_from_linux_5_8_on(release: str, platform: str, ok: bool) -> None:
+    assert sp.syncfs_reports_errors(release, platform) is ok
+
+
+def test_a_pass_is_grouped_by_filesystem_keeping_request_order() -> None:
+    devs = {11: 1, 12: 2, 13: 1, 14: 1, 15: 2, 16: 3}
+    assert sp.shared_groups(devs) == [[11, 13, 14]]
+    devs.update({17: 2})
+    assert sp.shared_groups(devs) == [[11, 13, 14], [12, 15, 17]]
+    assert sp.shared_groups({}) == []
