@@ -100,6 +100,11 @@ class Reconciler:
         that could not be applied."""
         return sorted(self._fresh | self._retry)
 
+    def unapplied(self, name: str) -> bool:
+        """Whether this node could not apply ``name``'s metadata at its last try (a role not
+        started; tried again every second)."""
+        return name in self._retry
+
     def leads(self) -> int:
         """How many streams this node leads."""
         return sum(1 for r in self.roles.values() if r.kind == "leader")

@@ -69,9 +69,9 @@ class ClusterViews:
     def metrics_view(self) -> dict[str, Any]:
         """Figures for ``/metrics``: this node's Raft role and term, and per stream it holds a
         replica of: ISR and replica counts, epoch, whether it leads, each follower's lag
-        (messages behind the leader's log end; known on the leader only) and, where it follows,
+        (messages behind the leader's log end; known on the leader only), where it follows,
         the replication fetches it has made (a caught-up follower of an idle stream makes one
-        per long poll)."""
+        per long poll), and whether its metadata could not be applied here yet."""
         streams: dict[str, Any] = {}
         for name, a in self.state.streams.items():
             if self.name not in a.replicas:
@@ -84,6 +84,7 @@ class ClusterViews:
                 "replicas": len(a.replicas),
                 "epoch": a.epoch,
                 "lag": role.obj.lags() if leads else {},  # type: ignore[union-attr]
+                "unapplied": self.reconciler is not None and self.reconciler.unapplied(name),
             }
             if role is not None and role.kind == "follower":
                 streams[name]["fetches"] = role.obj.fetches

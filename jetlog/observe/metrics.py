@@ -282,6 +282,11 @@ def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily | C
         "Messages a follower is behind the leader's log end (exported by the leader)",
         labels=["stream", "replica"],
     )
+    unapplied = GaugeMetricFamily(
+        "jetlog_stream_unapplied",
+        "1 where this node could not start its role for the stream yet (tried again every second)",
+        labels=["stream"],
+    )
     fetches = CounterMetricFamily(
         "jetlog_replica_fetches",
         "Replication fetches this node made as a follower of the stream (since it began following)",
@@ -294,6 +299,7 @@ def _cluster_families(view: Mapping[str, Any]) -> Iterator[GaugeMetricFamily | C
         isr.add_metric([name], st["isr"])
         reps.add_metric([name], st["replicas"])
         epoch.add_metric([name], st["epoch"])
+        unapplied.add_metric([name], 1 if st.get("unapplied") else 0)
         for replica, n in st["lag"].items():
             lag.add_metric([name, replica], n)
-    yield from (raft, term, leads, isr, reps, epoch, lag, fetches)
+    yield from (raft, term, leads, isr, reps, epoch, unapplied, lag, fetches)

@@ -90,6 +90,7 @@ CLUSTER_ONLY = {
     "jetlog_replica_fetches_total",
     "jetlog_stream_replicas",
     "jetlog_stream_leader_epoch",
+    "jetlog_stream_unapplied",
 }
 
 # The families the dashboard is meant to show (the brief of deploy/grafana).
@@ -836,6 +837,7 @@ class _ClusterView:
             "streams": {
                 "S": {"leader": True, "isr": 3, "replicas": 3, "epoch": 2, "lag": lag},
                 "F": {"leader": False, "isr": 3, "replicas": 3, "epoch": 5, "lag": {}, "fetches": 12},
+                "U": {"leader": False, "isr": 2, "replicas": 3, "epoch": 6, "lag": {}, "unapplied": True},
             },
         }
 
@@ -854,9 +856,16 @@ async def test_cluster_metrics_on_the_dashboard_are_exported_and_documented() ->
     # The collector reads per-loop state (the fsync service): collect inside a running loop.
     registry = CollectorRegistry()
     registry.register(NodeCollector(_ClusterHost()))
-    exported = sample_names(generate_latest(registry).decode())
+    text = generate_latest(registry).decode()
+    exported = sample_names(text)
     documented, _ = documented_metrics()
     assert exported >= CLUSTER_ONLY, CLUSTER_ONLY - exported
+    unapplied = {ln for ln in text.splitlines() if ln.startswith("jetlog_stream_unapplied{")}
+    assert unapplied == {
+        'jetlog_stream_unapplied{stream="S"} 0.0',
+        'jetlog_stream_unapplied{stream="F"} 0.0',
+        'jetlog_stream_unapplied{stream="U"} 1.0',
+    }
     assert documented >= CLUSTER_ONLY, CLUSTER_ONLY - documented
 
 

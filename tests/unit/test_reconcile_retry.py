@@ -131,12 +131,13 @@ async def test_a_leader_that_failed_to_start_is_started_on_the_next_pass(tmp_pat
     rec, streams, leaders, stream = await _setup(tmp_path, failures=2)
     try:
         await rec.reconcile("S")  # the link drops while capture starts
-        assert rec.pending() == ["S"] and "S" not in rec.roles
+        assert rec.pending() == ["S"] and "S" not in rec.roles and rec.unapplied("S")
         assert streams.capturing == set() and leaders[-1].started == 0  # nothing half started
         await rec.reconcile("S")  # still down
         assert rec.pending() == ["S"] and "S" not in rec.roles
         await rec.reconcile("S")  # back: what service._periodic does every second
         assert rec.pending() == [] and rec.roles["S"].kind == "leader" and rec.roles["S"].epoch == 4
+        assert not rec.unapplied("S")
         assert streams.capturing == {"S"} and leaders[-1].started == 1 and len(leaders) == 3
         assert stream.role == LEADER and stream.repl is leaders[-1]
         # The epoch was begun once, where the first attempt began it.
