@@ -8,7 +8,9 @@ report quotes the median of the rounds for each target and the ratio jetlog / na
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
+import os
 import statistics
 import sys
 from typing import Any
@@ -25,6 +27,11 @@ __all__ = ["KEEP_MARKER", "run_bench", "write_report"]
 
 
 async def _run_case(url: str, name: str, case: Any, quick: bool) -> Result:
+    # FAIRNESS: nats-server -js leaves its writes unsynced (up to its 2 min sync interval) and
+    # jetlog syncs each commit; without this, the jetlog target after it paid for writing back
+    # the other's gigabytes (a shared ``syncfs`` of 200 streams took 416 ms behind 1.5 GB, and
+    # the disk stayed busy with it). Untimed: each case starts on a clean page cache.
+    await asyncio.to_thread(os.sync)
     nc = await nats.connect(url)
     try:
         js = nc.jetstream(timeout=30)
@@ -138,7 +145,8 @@ def _report(results: dict[str, dict[str, list[Result]]], kinds: list[str], args:
         + (" — quick mode, indicative only" if args.quick else "")
         + ".",
         "",
-        "Same nats-py client, same machine, each target started fresh. jetlog fsyncs every",
+        "Same nats-py client, same machine, each target started fresh, each case after a `sync`",
+        "(no target pays for writing back another's unsynced data). jetlog fsyncs every",
         "group commit before acknowledging (`fsync = always`); nats-server -js acknowledges",
         "before its periodic fsync (default `sync_interval` 2 min). Server CPU: user + system",
         "time of every server-side process (nats-server(s), jetlog node(s) and their fsync",
