@@ -236,16 +236,23 @@ class Reconciler:
         if leader not in isr:
             isr = [leader, *isr]
         log.info("stream %s: restarted leader, handing over to %s at epoch %d", name, leader, a.epoch + 1)
+        if not await self._elect(name, a, leader, isr, "re-election"):
+            self._fresh.add(name)  # try again at the next change or pass
+        # The commit (or someone else's) triggers another reconcile through the metadata events.
+
+    async def _elect(self, name: str, a: Any, leader: str, isr: list[str], what: str) -> bool:
+        """Propose ``leader`` and ``isr`` for ``name`` at epoch + 1 (CAS on ``a.epoch``). False
+        when the proposal itself failed; a rejected one (someone moved first) is logged only."""
         try:
             res = await self.raft.propose(
                 M.ElectLeader(name=name, leader=leader, isr=isr, expect_epoch=a.epoch)
             )
-            if not res.ok:
-                log.info("stream %s: re-election not applied: %s", name, res.error)
         except JetlogError as e:
-            log.warning("stream %s: re-election failed: %s", name, e)
-            self._fresh.add(name)  # try again at the next change or pass
-        # The commit (or someone else's) triggers another reconcile through the metadata events.
+            log.warning("stream %s: %s failed: %s", name, what, e)
+            return False
+        if not res.ok:
+            log.info("stream %s: %s not applied: %s", name, what, res.error)
+        return True
 
     async def _hand_over(self, name: str, a: Any, why: JetlogError) -> None:
         """This node has not managed to lead ``name`` for ``HAND_OVER_AFTER`` seconds: elect
@@ -267,14 +274,7 @@ class Reconciler:
             other,
             a.epoch + 1,
         )
-        try:
-            res = await self.raft.propose(
-                M.ElectLeader(name=name, leader=other, isr=isr, expect_epoch=a.epoch)
-            )
-            if not res.ok:
-                log.info("stream %s: hand-over not applied: %s", name, res.error)
-        except JetlogError as e:
-            log.warning("stream %s: hand-over failed: %s", name, e)
+        await self._elect(name, a, other, isr, "hand-over")
         # Applied, the metadata change reconciles this stream again, as a follower.
 
     async def _become_leader(self, name: str, stream: Any, a: Any) -> None:
